@@ -1,0 +1,37 @@
+"""dltutor — the helper library behind the distributed deep learning course.
+
+Import cost is kept small: submodules (and the engines they use, DeepSpeed and Horovod) are
+imported only when a name from them is first used, e.g. `dltutor.doctor()`.
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+# public name -> submodule that defines it
+_EXPORTS = {
+    "fast_mode": "env", "pick": "env", "device": "env", "backend": "env",
+    "seed_everything": "env", "data_dir": "env", "cache_dir": "env", "hardware_label": "env",
+}
+_SUBMODULES = {"env", "envcheck", "data", "models", "train", "dist", "launch", "memory",
+               "collectives", "viz", "cli", "engines"}
+
+
+def doctor(engines_too: bool = True):
+    """Print the environment table (see `dltutor.envcheck`) and return its rows."""
+    from dltutor.envcheck import doctor as _doctor
+    return _doctor(engines_too)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+        return getattr(module, name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'dltutor' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)

@@ -1,0 +1,3 @@
+from dltutor.cli import main
+
+raise SystemExit(main())

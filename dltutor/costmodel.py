@@ -1,0 +1,143 @@
+"""α-β cost models of all-reduce, their least-squares fit, and nccl-tests' algbw / busbw.
+
+A message of n bytes costs alpha + n * beta: alpha is the latency (s), beta the inverse bandwidth
+(s/byte). D is the size of the vector being all-reduced, N the number of ranks. On CPUs beta also
+absorbs the cost of adding the numbers (the reduction), which a pure network model leaves out.
+
+| algorithm                    | modelled time T                                |
+|------------------------------|------------------------------------------------|
+| ring                         | 2(N-1)·alpha + 2(N-1)/N·D·beta                 |
+| reduce + broadcast (linear,  | 2(N-1)·(alpha + D·beta): the root talks to     |
+|   i.e. a parameter server)   |   every other rank in turn, twice              |
+| recursive doubling           | ⌈log2 N⌉·(alpha + D·beta), +2(alpha + D·beta)  |
+|                              |   when N is not a power of two                 |
+| tree (binomial reduce + bcast)| 2⌈log2 N⌉·(alpha + D·beta)                    |
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
+
+
+def _log2ceil(n: int) -> int:
+    return max(0, math.ceil(math.log2(n))) if n > 1 else 0
+
+
+def _is_pow2(n: int) -> bool:
+    return n >= 1 and (n & (n - 1)) == 0
+
+
+def coefficients(algorithm: str, n: int, nbytes: float) -> tuple[float, float]:
+    """(a, b) such that the algorithm's modelled time is a·alpha + b·beta for D = nbytes."""
+    n, d = int(n), float(nbytes)
+    if n <= 1:
+        return 0.0, 0.0
+    if algorithm == "ring":
+        return 2.0 * (n - 1), 2.0 * (n - 1) / n * d
+    if algorithm in ("reduce_bcast", "ps"):
+        return 2.0 * (n - 1), 2.0 * (n - 1) * d
+    if algorithm == "recursive_doubling":
+        k = int(math.log2(n)) + (0 if _is_pow2(n) else 2)
+        return float(k), k * d
+    if algorithm == "tree":
+        k = 2 * _log2ceil(n)
+        return float(k), k * d
+    if algorithm == "pingpong":  # one way: one message of D bytes
+        return 1.0, d
+    raise ValueError(f"unknown algorithm {algorithm!r}; one of {ALGORITHMS}")
+
+
+ALGORITHMS = ("ring", "reduce_bcast", "recursive_doubling", "tree")
+
+
+def model_time(algorithm: str, n: int, nbytes, alpha: float, beta: float):
+    """Modelled time (s) of `algorithm` on `n` ranks for D = `nbytes` (scalar or sequence)."""
+    if np.ndim(nbytes):
+        return np.array([model_time(algorithm, n, d, alpha, beta) for d in nbytes])
+    a, b = coefficients(algorithm, n, nbytes)
+    return a * alpha + b * beta
+
+
+def ring_time(n: int, nbytes: float, alpha: float, beta: float) -> float:
+    """T = 2(N-1)·alpha + 2(N-1)/N·D·beta, the TACC slide's formula."""
+    return model_time("ring", n, nbytes, alpha, beta)
+
+
+def algbw(nbytes: float, seconds: float) -> float:
+    """Algorithm bandwidth D / T in bytes/s (nccl-tests' 'algbw')."""
+    return float(nbytes) / float(seconds)
+
+
+def busbw(nbytes: float, seconds: float, n: int) -> float:
+    """Bus bandwidth for all-reduce: algbw · 2(N-1)/N (nccl-tests' 'busbw').
+
+    It is the rate each rank's link must carry under a ring, so it is comparable across N and with
+    the hardware's peak; for N = 1 nothing moves and busbw is 0.
+    """
+    return algbw(nbytes, seconds) * 2.0 * (n - 1) / n
+
+
+def fit_alpha_beta(nbytes, seconds, algorithm: str = "pingpong", n: int = 2,
+                   relative: bool = True) -> tuple[float, float]:
+    """Least-squares alpha (s) and beta (s/byte) from measured times at several sizes.
+
+    Each measurement says t ≈ a·alpha + b·beta with (a, b) = coefficients(algorithm, n, D).
+    With `relative=True` (default) each row is divided by its t, so the fit minimises *relative*
+    errors and a 1 KiB point counts as much as a 64 MiB one. Both results are kept >= 0.
+    """
+    d = np.asarray(nbytes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    if d.shape != t.shape or d.size < 2:
+        raise ValueError("need at least two (size, time) pairs of equal length")
+    if np.any(t <= 0):
+        raise ValueError("times must be positive")
+    A = np.array([coefficients(algorithm, n, x) for x in d])
+    w = 1.0 / t if relative else np.ones_like(t)
+    Aw, tw = A * w[:, None], t * w
+    (alpha, beta), *_ = np.linalg.lstsq(Aw, tw, rcond=None)
+    if alpha < 0:  # latency not resolvable: pure bandwidth fit
+        alpha, beta = 0.0, float(np.dot(Aw[:, 1], tw) / np.dot(Aw[:, 1], Aw[:, 1]))
+    if beta < 0:   # bandwidth not resolvable: pure latency fit
+        alpha, beta = float(np.dot(Aw[:, 0], tw) / np.dot(Aw[:, 0], Aw[:, 0])), 0.0
+    return float(alpha), float(beta)
+
+
+def relative_errors(measured, modelled) -> np.ndarray:
+    """|model - measured| / measured for each size."""
+    m = np.asarray(measured, dtype=float)
+    return np.abs(np.asarray(modelled, dtype=float) - m) / m
+
+
+def crossover_bytes(alg_a: str, alg_b: str, n: int, alpha: float, beta: float) -> float | None:
+    """The size D at which `alg_a` and `alg_b` take equal modelled time (None if they never do)."""
+    a1, b1 = coefficients(alg_a, n, 1.0)
+    a2, b2 = coefficients(alg_b, n, 1.0)
+    if abs((b1 - b2) * beta) < 1e-300:
+        return None
+    d = (a2 - a1) * alpha / ((b1 - b2) * beta)
+    return float(d) if d > 0 else None
+
+
+def fmt_bytes(n: float) -> str:
+    """1024 -> '1 KiB', 67108864 -> '64 MiB'."""
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size:
+            v = n / size
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def parse_size(text: str) -> int:
+    """'64MiB', '1KiB', '4k', '1M', '4096' -> bytes."""
+    s = str(text).strip().replace(" ", "")
+    units = {"gib": GiB, "g": GiB, "mib": MiB, "m": MiB, "kib": KiB, "k": KiB, "b": 1, "": 1}
+    i = len(s)
+    while i and not s[i - 1].isdigit():
+        i -= 1
+    num, unit = s[:i], s[i:].lower()
+    if not num or unit not in units:
+        raise ValueError(f"cannot read size {text!r}: use e.g. 4096, 64KiB, 1MiB")
+    return int(float(num) * units[unit])

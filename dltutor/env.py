@@ -1,0 +1,80 @@
+"""What is here: device, backend, fast mode, seeding and the paths the course uses.
+
+Everything that depends on the machine is decided in this one module, so a notebook, a lab and a
+test all agree: CUDA + NCCL when a GPU is visible, CPU + Gloo otherwise.
+"""
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+FAST_ENV = "DLTUTOR_FAST"
+DATA_ENV = "DLTUTOR_DATA"
+CACHE_ENV = "DLTUTOR_CACHE"
+
+
+def fast_mode() -> bool:
+    """True when `DLTUTOR_FAST` is set to a true value (tests and CI set it)."""
+    return os.environ.get(FAST_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def pick(full, fast):
+    """Return `fast` in fast mode, else `full`: one line per size in a parameters cell."""
+    return fast if fast_mode() else full
+
+
+def cache_dir() -> Path:
+    """Where built wheels, compiled ops and downloads are kept (outside the repo)."""
+    root = os.environ.get(CACHE_ENV) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dltutor")
+    return Path(root)
+
+
+def data_dir() -> Path:
+    """The data root: `DLTUTOR_DATA`, else `<cache>/data`."""
+    return Path(os.environ.get(DATA_ENV) or cache_dir() / "data")
+
+
+def device():
+    """`cuda:<local_rank>` when a GPU is visible, else `cpu`."""
+    import torch
+    if torch.cuda.is_available():
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def backend() -> str:
+    """The torch.distributed backend that matches `device()`: nccl on GPUs, gloo on CPUs."""
+    import torch
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def hardware_label() -> str:
+    """A short honest label for printouts and plot titles, e.g. 'CPU/gloo' or 'GPU/nccl'."""
+    return "GPU/nccl" if backend() == "nccl" else "CPU/gloo"
+
+
+def seed_everything(seed: int = 0, rank: int = 0) -> int:
+    """Seed python, numpy and torch; each rank gets `seed + rank` so data shards differ."""
+    import numpy as np
+    import torch
+    s = int(seed) + int(rank)
+    random.seed(s)
+    np.random.seed(s % 2**32)
+    torch.manual_seed(s)
+    return s
+
+
+def cpu_cores() -> int:
+    """Cores this process may use (the cgroup/affinity view, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_rank(nproc: int) -> int:
+    """Intra-op threads for each of `nproc` ranks so they do not oversubscribe the cores."""
+    return max(1, cpu_cores() // max(1, int(nproc)))

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# One set-up for the course: .venv with every engine, the Jupyter kernel, pre-built ops.
+#
+#   bash scripts/setup.sh          # what `make setup` / `make lab` run
+#   bash scripts/setup.sh --test   # also the system packages the test suite uses (Slurm, chromium)
+#
+# Idempotent: a second run checks stamps and reuses the cached Horovod wheel and compiled ops under
+# ${DLTUTOR_CACHE:-~/.cache/dltutor}. Set PYTHON to choose the interpreter (default python3.11/python3).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV=${VENV:-$ROOT/.venv}
+CACHE=${DLTUTOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dltutor}
+export DLTUTOR_CACHE=$CACHE
+mkdir -p "$CACHE"
+WITH_TEST=0
+[ "${1:-}" = "--test" ] && WITH_TEST=1
+start=$(date +%s)
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# ---- 1. system packages (Debian): only what is missing, only where we may install ----------------
+apt_pkgs=(libaio-dev)                      # DeepSpeed NVMe offload (ZeRO-Infinity)
+if [ "$WITH_TEST" = 1 ]; then
+  apt_pkgs+=(slurm-wlm munge chromium)      # a real one-node Slurm; a browser for the widget test
+fi
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo -n"
+  if command -v apt-get >/dev/null && { [ -z "$SUDO" ] || sudo -n true 2>/dev/null; }; then
+    step "installing Debian packages: ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "NOTE: cannot install ${missing[*]} here (no root/apt-get)."
+    echo "      NVMe offload needs libaio-dev; ask your centre or use CPU offload instead."
+    [ "$WITH_TEST" = 1 ] && { echo "ERROR: the test suite needs ${missing[*]}"; exit 1; }
+  fi
+fi
+
+# ---- 2. the virtual environment -----------------------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+  PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
+  step "creating $VENV with $PY"
+  "$PY" -m venv "$VENV"
+fi
+VPY=$VENV/bin/python
+stamp=$VENV/.dltutor-pip-stamp
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  step "installing python packages (torch==2.14.1, deepspeed, jupyterlab, ...)"
+  "$VPY" -m pip install -q --upgrade pip wheel setuptools 2>&1 | grep -v "is ignored" || true
+  "$VPY" -m pip install -q -e ".[test]" 2>&1 | grep -v "is ignored" || true
+  "$VPY" -c "import torch, deepspeed, jupyterlab, ipywidgets, nbval" 2>/dev/null \
+    || { echo "ERROR: python packages did not install; rerun with pip's output: $VPY -m pip install -e '.[test]'"; exit 1; }
+  echo "$want" > "$stamp"
+else
+  echo "python packages: up to date ($VENV)"
+fi
+
+# ---- 3. engines: Horovod (built from source, wheel cached) and DeepSpeed ops (pre-built) --------
+step "Horovod 0.28.1 (PyTorch + Gloo)"
+bash scripts/build_horovod.sh "$VPY"
+step "DeepSpeed ops (cpu_adam, aio) pre-built"
+"$VPY" scripts/warm_deepspeed.py
+
+# ---- 4. the Jupyter kernel ------------------------------------------------------------------------
+"$VPY" -m dltutor kernel install --scope sys-prefix --display-name "Python (dltutor)" >/dev/null 2>&1 \
+  && echo "Jupyter kernel 'dltutor' registered in $VENV"
+
+echo
+echo "setup done in $(( $(date +%s) - start )) s  (python: $VPY, cache: $CACHE)"

@@ -1,0 +1,123 @@
+"""The environment files agree, the doctor renders and flags problems, notebooks carry no outputs."""
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONDA_TO_PIP = {"pytorch": "torch"}
+CONDA_ONLY = {"python", "pip"}
+
+
+def _name(spec: str) -> tuple[str, str]:
+    m = re.match(r"\s*([A-Za-z0-9_.\-]+)\s*(.*)", spec)
+    name = m.group(1).lower().replace("_", "-")
+    pins = m.group(2).replace(" ", "")
+    pins = "==" + pins[1:] if pins.startswith("=") and not pins.startswith("==") else pins
+    return CONDA_TO_PIP.get(name, name), pins
+
+
+def _pyproject_packages() -> dict[str, str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        specs += extra
+    return dict(_name(s) for s in specs)
+
+
+def _conda_packages() -> dict[str, str]:
+    deps, in_deps = [], False
+    for line in (ROOT / "environment.yml").read_text().splitlines():
+        if line.startswith("dependencies:"):
+            in_deps = True
+        elif in_deps and re.match(r"^  - [^ ]", line) and not line.strip().endswith(":"):
+            deps.append(line.strip()[2:])
+    return dict(_name(d) for d in deps if _name(d)[0] not in CONDA_ONLY)
+
+
+def test_environment_yml_matches_pyproject():
+    pip, conda = _pyproject_packages(), _conda_packages()
+    assert set(pip) == set(conda), (
+        f"only in pyproject: {sorted(set(pip) - set(conda))}; only in environment.yml: "
+        f"{sorted(set(conda) - set(pip))} — add the package to both files")
+    differing = {n: (pip[n], conda[n]) for n in pip if pip[n] != conda[n]}
+    assert not differing, f"pins differ (pyproject, environment.yml): {differing}"
+
+
+def test_torch_is_the_pinned_build():
+    import torch
+    import torchvision
+    assert torch.__version__.split("+")[0] == "2.14.1"
+    assert torchvision.__version__.split("+")[0] == "0.29.1"
+
+
+def test_committed_notebooks_have_no_outputs():
+    files = subprocess.run(["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    assert files, "no notebooks are tracked"
+    dirty = []
+    for f in files:
+        nb = json.loads((ROOT / f).read_text())
+        if any(c.get("outputs") or c.get("execution_count") for c in nb["cells"]
+               if c["cell_type"] == "code"):
+            dirty.append(f)
+    assert not dirty, f"notebooks committed with outputs: {dirty} — run `make clean-notebooks`"
+
+
+def test_notebooks_open_with_parameters_and_doctor():
+    for path in sorted((ROOT / "course" / "notebooks").glob("*.ipynb")):
+        nb = json.loads(path.read_text())
+        assert nb["metadata"]["kernelspec"]["name"] == "python3", path.name
+        text = "".join("".join(c["source"]) for c in nb["cells"][:4] if c["cell_type"] == "markdown")
+        for heading in ("What you'll do", "What you'll learn", "What you need"):
+            assert heading in text, f"{path.name}: first cells lack '{heading}'"
+        tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+        assert len(tagged) == 1, f"{path.name}: needs exactly one cell tagged 'parameters'"
+        assert any("dltutor.doctor()" in "".join(c["source"]) for c in nb["cells"][:8]), path.name
+
+
+def test_doctor_table_and_cli(tmp_path):
+    env = {"DLTUTOR_DATA": str(tmp_path / "data"), "PATH": "/usr/bin:/bin",
+           "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "c001", "SLURM_PROCID": "3", "HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "dltutor", "doctor"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    text = out.stdout
+    for row in ("torch", "backend gloo", "horovod", "deepspeed", "CPU cores", "data dir",
+                "fast mode", "Slurm allocation", "job_id=4242"):
+        assert row in text, f"doctor lacks {row!r}:\n{text}\n{out.stderr}"
+    assert "procid" not in text.lower(), "the doctor must not report rank variables"
+    assert out.returncode == (1 if "!!" in text else 0)
+
+
+def test_doctor_flags_a_missing_engine(monkeypatch, capsys):
+    from dltutor import engines, envcheck
+    monkeypatch.setattr(engines, "horovod_info",
+                        lambda: {"importable": False, "fix": "bash scripts/build_horovod.sh .venv/bin/python"})
+    rows = envcheck.doctor()
+    bad = [r for r in rows if r.name == "horovod"]
+    assert bad and bad[0].status == envcheck.PROBLEM and "build_horovod" in bad[0].fix
+    assert "-> bash scripts/build_horovod.sh" in capsys.readouterr().out
+
+
+def test_cli_data_stage_needs_a_source():
+    out = subprocess.run([sys.executable, "-m", "dltutor", "data", "stage"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--from DIR" in out.stderr
+
+
+def test_kernel_install_registers_a_kernel(tmp_path):
+    from dltutor.cli import kernel_install
+    kernel_install("dltutor-test", str(tmp_path), "test kernel")
+    spec = json.loads((tmp_path / "share/jupyter/kernels/dltutor-test/kernel.json").read_text())
+    assert spec["argv"][0] == sys.executable and spec["display_name"] == "test kernel"
+
+
+@pytest.mark.parametrize("module", ["deepspeed", "horovod", "matplotlib"])
+def test_import_dltutor_is_light(module):
+    code = f"import sys, dltutor, dltutor.env; print({module!r} in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", f"`import dltutor` imported {module}"
