@@ -141,3 +141,29 @@ def parse_size(text: str) -> int:
     if not num or unit not in units:
         raise ValueError(f"cannot read size {text!r}: use e.g. 4096, 64KiB, 1MiB")
     return int(float(num) * units[unit])
+
+
+# ---- helpers for the lab's summary dict (see course/labs/05_allreduce/allreduce_bench.py) ----
+def times_of(summary: dict, algorithm: str) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, seconds) of one algorithm in a lab summary, sorted by size."""
+    rows = sorted((r["bytes"], r["time_s"]) for r in summary["results"] if r["algorithm"] == algorithm)
+    return np.array([r[0] for r in rows], float), np.array([r[1] for r in rows], float)
+
+
+def fit_summary(summary: dict, source: str = "ring") -> tuple[float, float]:
+    """alpha, beta fitted from a lab summary: `source` = 'pingpong' or an all-reduce algorithm."""
+    n = summary["world_size"]
+    if source == "pingpong":
+        pp = summary["pingpong"]
+        return fit_alpha_beta([p["bytes"] for p in pp], [p["time_s"] for p in pp])
+    d, t = times_of(summary, source)
+    return fit_alpha_beta(d, t, algorithm=source, n=n)
+
+
+def winners(summary: dict) -> list[tuple[int, str, float]]:
+    """For each size: (bytes, fastest algorithm, its time) in a lab summary."""
+    best: dict[int, tuple[str, float]] = {}
+    for r in summary["results"]:
+        if r["bytes"] not in best or r["time_s"] < best[r["bytes"]][1]:
+            best[r["bytes"]] = (r["algorithm"], r["time_s"])
+    return [(d, a, t) for d, (a, t) in sorted(best.items())]

@@ -9,15 +9,18 @@ half-patched silently. An edit whose marker is already present is reported and l
 
 The edits, and why:
   1. horovod/torch/CMakeLists.txt pins C++14 for the PyTorch binding, but the headers of
-     torch >= 2.10 stop with "#error C++20 or later compatible compiler is required" -> use C++20.
+     torch 2.14 stop with "#error C++20 or later compatible compiler is required" -> use C++20
+     (C++17 is not enough: ATen.h and torch/all.h test for C++20).
   2. cmake/Modules/FindPytorch.cmake calls a CUDA build of torch "CUDA" as soon as torch finds a
      CUDA_HOME (nvcc on PATH is enough). The torch binding then turns on Horovod's GPU code
-     (add_cuda) and links cudart, although no GPU operation was asked for, and fails when the
-     toolkit is not where torch guessed. We build the GPU path only when the user asks for GPU
-     operations (HOROVOD_GPU_OPERATIONS / HOROVOD_GPU_ALLREDUCE / ... / HOROVOD_GPU), else the
-     plain C++ extension, which is what a Gloo/CPU build needs on any machine.
-  3. The top-level CMakeLists.txt enables the CUDA language whenever nvcc is found; for a CPU
-     build that only costs time and can fail with a toolkit newer than CMake knows. Same rule.
+     (add_cuda) and links cudart although no GPU operation was asked for, and fails when the
+     toolkit is not where torch guessed. We define DLTUTOR_GPU_BUILD (top CMakeLists.txt) from
+     the variables that request GPU operations (HOROVOD_GPU_OPERATIONS, HOROVOD_GPU_ALLREDUCE, ...,
+     HOROVOD_GPU) and use the plain C++ extension unless it is set: a Gloo/CPU build that is the
+     same on every machine, with or without a CUDA toolkit installed.
+  3. The top-level CMakeLists.txt probes nvcc and the CUDA toolkit and enables the CUDA language
+     whenever it finds one; for a CPU build that costs time and can fail with a toolkit newer than
+     the CMake in use. Same rule: only when DLTUTOR_GPU_BUILD.
   4. horovod/torch/CMakeLists.txt asks distutils for the Python include dir; distutils is gone in
      Python 3.12 -> ask sysconfig (same answer on 3.11).
 """
@@ -29,28 +32,36 @@ from pathlib import Path
 
 MARK = "dltutor-patch"
 
-# One CMake condition, true when the user asked for GPU operations in the build environment.
-GPU_ASKED = ('NOT "$ENV{HOROVOD_GPU}$ENV{HOROVOD_GPU_OPERATIONS}$ENV{HOROVOD_GPU_ALLREDUCE}'
-             '$ENV{HOROVOD_GPU_ALLGATHER}$ENV{HOROVOD_GPU_BROADCAST}$ENV{HOROVOD_GPU_ALLTOALL}'
-             '$ENV{HOROVOD_GPU_REDUCESCATTER}" STREQUAL ""')
+# Names of the build-environment variables that ask Horovod for GPU operations.
+GPU_VARS = ["HOROVOD_GPU", "HOROVOD_GPU_OPERATIONS", "HOROVOD_GPU_ALLREDUCE",
+            "HOROVOD_GPU_ALLGATHER", "HOROVOD_GPU_BROADCAST", "HOROVOD_GPU_ALLTOALL",
+            "HOROVOD_GPU_REDUCESCATTER"]
+GPU_FLAG = "DLTUTOR_GPU_BUILD"
+GPU_BLOCK = (f"\n# {MARK}: build GPU code only when GPU operations are requested\n"
+             f"set({GPU_FLAG} FALSE)\n"
+             f'if(NOT "{"".join("$ENV{%s}" % v for v in GPU_VARS)}" STREQUAL "")\n'
+             f"    set({GPU_FLAG} TRUE)\nendif()\n"
+             f'message(STATUS "{MARK}: GPU build = ${{{GPU_FLAG}}}")')
 
 # (file, what, regex, replacement, text that shows the edit is in); each regex must match once.
 EDITS = [
-    ("horovod/torch/CMakeLists.txt", "PyTorch binding: C++14 -> C++20",
-     r"^(\s*)set\(CMAKE_CXX_STANDARD 14\)[ \t]*$",
-     r"\1set(CMAKE_CXX_STANDARD 20)  # " + MARK + ": torch >= 2.10 headers need C++20",
-     "set(CMAKE_CXX_STANDARD 20)  # " + MARK),
-    ("cmake/Modules/FindPytorch.cmake", "CUDA extension only when GPU ops are requested",
+    ("CMakeLists.txt", "define DLTUTOR_GPU_BUILD from the HOROVOD_GPU* variables",
+     r"^(project\(horovod CXX\)[ \t]*)$", r"\1" + GPU_BLOCK.replace("\\", "\\\\"),
+     f"set({GPU_FLAG} FALSE)"),
+    ("CMakeLists.txt", "probe nvcc / the CUDA toolkit only for a GPU build",
+     r"^check_language\(CUDA\)[ \t]*\nif\(NOT CMAKE_CUDA_COMPILER\)[ \t]*$",
+     f"if({GPU_FLAG})  # {MARK}\n    check_language(CUDA)\nendif()\n"
+     f"if({GPU_FLAG} AND NOT CMAKE_CUDA_COMPILER)",
+     f"if({GPU_FLAG} AND NOT CMAKE_CUDA_COMPILER)"),
+    ("cmake/Modules/FindPytorch.cmake", "CUDA torch extension only for a GPU build",
      r'^(string\(TOUPPER "\$\{Pytorch_CUDA\}" Pytorch_CUDA\)[ \t]*)$',
-     r"\1\n# " + MARK + ": a CUDA build of torch does not imply a GPU build of Horovod\n"
-     "if(NOT (" + GPU_ASKED + "))\n"
-     "    set(Pytorch_CUDA FALSE)\nendif()",
-     MARK + ": a CUDA build of torch"),
-    ("CMakeLists.txt", "enable the CUDA language only when GPU ops are requested",
-     r"^check_language\(CUDA\)[ \t]*$",
-     "# " + MARK + ": do not probe nvcc for a CPU-only build\n"
-     "if(" + GPU_ASKED + ")\n    check_language(CUDA)\nendif()",
-     MARK + ": do not probe nvcc"),
+     r"\1" + f"\n# {MARK}: a CUDA build of torch does not make Horovod a GPU build\n"
+     f"if(NOT {GPU_FLAG})\n    set(Pytorch_CUDA FALSE)\nendif()",
+     f"if(NOT {GPU_FLAG})"),
+    ("horovod/torch/CMakeLists.txt", "PyTorch binding: C++14 -> C++20",
+     r"^([ \t]*)set\(CMAKE_CXX_STANDARD 14\)[ \t]*$",
+     r"\1set(CMAKE_CXX_STANDARD 20)  # " + MARK + ": torch 2.x headers need C++20",
+     "set(CMAKE_CXX_STANDARD 20)  # " + MARK),
     ("horovod/torch/CMakeLists.txt", "Python include dir via sysconfig, not distutils",
      r'"from distutils\.sysconfig import get_python_inc; print\(get_python_inc\(\)\)"',
      "\"import sysconfig; print(sysconfig.get_paths()['include'])\"",
@@ -66,11 +77,11 @@ def apply(src: Path) -> int:
         if not path.is_file():
             raise SystemExit(f"patch_horovod: {path} not found -- is {src} a Horovod 0.28.1 tree?")
         text = path.read_text()
+        if done in text:
+            print(f"  = {rel}: {what} (already patched)")
+            continue
         hits = re.findall(pattern, text, flags=re.M)
         if len(hits) != 1:
-            if done in text:
-                print(f"  = {rel}: {what} (already patched)")
-                continue
             raise SystemExit(f"patch_horovod: {rel}: pattern for '{what}' matched {len(hits)} times "
                              f"(expected 1): {pattern}")
         path.write_text(re.sub(pattern, repl, text, count=1, flags=re.M))

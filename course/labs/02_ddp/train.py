@@ -1,0 +1,207 @@
+"""Lab 02 — data parallelism with PyTorch DistributedDataParallel (DDP) on CIFAR-10.
+
+Every rank holds a full replica of the model, trains on its own 1/W shard of each global batch
+(DistributedSampler) and averages gradients with all-reduce after backward, so the replicas stay
+identical. Lines that exist only because of distribution carry the comment `# DDP:`.
+
+Launch forms (the script is the same in all of them):
+  python train.py --tiny                                  1 process, no process group
+  torchrun --nproc-per-node 2 train.py --tiny             2 ranks on this node
+  python -m torch.distributed.run --nproc-per-node 4 train.py     (same, without the torchrun shim)
+  torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
+           --rdzv-endpoint $MASTER_ADDR:29500 train.py    2 nodes x 4 GPUs, run once per node
+  srun --ntasks 8 --ntasks-per-node 4 --gpus-per-task 1 python train.py
+                                                          Slurm: one task per GPU; dltutor.dist
+                                                          reads SLURM_PROCID/SLURM_NTASKS and
+                                                          MASTER_ADDR from the node list
+  sbatch job.sbatch                                       a job script rendered from a site profile
+                                                          (course/labs/sites/*.toml) by
+                                                          dltutor.slurm.render_job(...)
+  launch("course/labs/02_ddp/train.py", nproc=2, args=["--tiny"])   from a notebook cell
+                                                          (dltutor.launch; backend='slurm' on Slurm)
+
+Backend: nccl on GPUs, gloo on CPUs (dltutor.env.backend()). Data: CIFAR-10 from
+dltutor.data.load_cifar10 (a SYNTHETIC stand-in when it is not available offline; the metrics
+say which). No augmentation: the lab measures scaling, not the best accuracy.
+
+Scaling modes: --weak keeps the per-rank batch (global batch = W x per-rank batch); --strong keeps
+the global batch and splits it over the W ranks. Learning rate: the linear scaling rule,
+lr = lr_base x global_batch / base_batch (= lr_base x W in weak scaling with the default
+base batch), ramped up linearly over --warmup-steps from lr_base (--no-scale-lr keeps lr_base).
+Gradient communication: by default DDP all-reduces gradient buckets of --bucket-cap-mb MB while
+backward is still running (overlap). --no-overlap runs backward under DDP's no_sync() (no
+communication at all) and then all-reduces every gradient in one flat buffer by hand, after
+backward has finished (dltutor.ddp.allreduce_gradients): same result, no overlap.
+
+Each rank prints one `DLTUTOR_METRICS {json}` line: img/s (own and global), step time, loss curve
+(averaged over ranks), lr curve, world size, hardware label (CPU/gloo or GPU/nccl), data source.
+"""
+import argparse
+import contextlib
+import sys
+import time
+
+import torch
+import torch.distributed as tdist  # DDP:
+from torch.nn.parallel import DistributedDataParallel as DDP  # DDP:
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler  # DDP:
+
+from dltutor import data, dist, env, models
+from dltutor.ddp import allreduce_gradients, param_checksum
+from dltutor.scaling import scaled_lr, split_batch, warmup_factor
+
+TINY = dict(width=4, train_subset=256, test_subset=128, per_rank_batch=16, global_batch=32,
+            epochs=2, warmup_steps=0, log_every=4)
+
+
+def parse_args(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--tiny", action="store_true", help=f"CI preset: {TINY}")
+    p.add_argument("--width", type=int, default=64, help="ResNet width (64 = ResNet-18)")
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: no limit)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--weak", dest="scaling", action="store_const", const="weak",
+                      help="fixed per-rank batch: global batch = W x --per-rank-batch")
+    mode.add_argument("--strong", dest="scaling", action="store_const", const="strong",
+                      help="fixed global batch --global-batch, split over the W ranks")
+    p.set_defaults(scaling="weak")
+    p.add_argument("--per-rank-batch", type=int, default=128, help="images per rank per step (--weak)")
+    p.add_argument("--global-batch", type=int, default=256, help="images per step, all ranks (--strong)")
+    p.add_argument("--lr", type=float, default=0.1, help="base LR, tuned for --base-batch images")
+    p.add_argument("--base-batch", type=int, default=0, help="batch of --lr (0: --per-rank-batch)")
+    p.add_argument("--no-scale-lr", action="store_true", help="do not apply the linear scaling rule")
+    p.add_argument("--warmup-steps", type=int, default=500, help="linear LR warm-up steps")
+    p.add_argument("--warmup-start", type=float, default=None,
+                   help="first warm-up LR as a fraction of the peak (default: lr / peak lr)")
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="no_sync() backward, then one flat all-reduce by hand")
+    p.add_argument("--train-subset", type=int, default=0, help="train images (0: all)")
+    p.add_argument("--test-subset", type=int, default=0, help="test images (0: all)")
+    p.add_argument("--eval", action="store_true", help="test accuracy after training")
+    p.add_argument("--timing-skip", type=int, default=2, help="first steps left out of img/s")
+    p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    if "--tiny" in argv:
+        p.set_defaults(**TINY)  # flags given explicitly still win
+    return p.parse_args(argv)
+
+
+def evaluate(model, x, y, ctx, batch=512):
+    """Accuracy on (x, y): rank r scores items r, r+W, ... and the counts are summed."""
+    model.eval()
+    correct = torch.zeros(2, device=ctx.device)
+    with torch.no_grad():
+        xs, ys = x[ctx.rank::ctx.world_size], y[ctx.rank::ctx.world_size]
+        for i in range(0, len(xs), batch):
+            pred = model(xs[i:i + batch].to(ctx.device)).argmax(1)
+            correct[0] += (pred == ys[i:i + batch].to(ctx.device)).sum()
+        correct[1] = len(xs)
+    if ctx.is_distributed:
+        tdist.all_reduce(correct)  # DDP: add up the ranks' counts
+    model.train()
+    return (correct[0] / correct[1]).item()
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    with dist.session() as ctx:  # DDP: join the process group (no group under plain python)
+        W, dev = ctx.world_size, ctx.device
+        b, B = split_batch(W, a.scaling, a.per_rank_batch, a.global_batch)
+        base_batch = a.base_batch or (a.per_rank_batch if a.scaling == "weak" else a.global_batch)
+        peak_lr = a.lr if a.no_scale_lr else scaled_lr(a.lr, global_batch=B, base_batch=base_batch)
+        start = a.warmup_start if a.warmup_start is not None else a.lr / peak_lr
+        dist.seed(a.seed)
+
+        train_ds, test_ds, info = data.load_cifar10(train_subset=a.train_subset or None,
+                                                    test_subset=a.test_subset or None,
+                                                    seed=a.seed, quiet=not ctx.is_main)
+        x, y = data.to_device_tensors(train_ds, "cpu")
+        train_set = TensorDataset(x, y)
+        sampler = DistributedSampler(train_set, num_replicas=W, rank=ctx.rank,  # DDP: a 1/W shard
+                                     shuffle=True, seed=a.seed, drop_last=True)  # DDP: per rank
+        loader = DataLoader(train_set, batch_size=b, sampler=sampler, drop_last=True)
+        if len(loader) == 0:
+            raise SystemExit(f"{len(train_set)} images give no full batch of {b} on each of {W} ranks")
+
+        torch.manual_seed(a.seed)  # the same initial weights everywhere (DDP also broadcasts them)
+        model = models.cifar_resnet(width=a.width).to(dev)
+        n_params = models.count_parameters(model)
+        if ctx.is_distributed:
+            model = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None,  # DDP:
+                        bucket_cap_mb=a.bucket_cap_mb)  # DDP: gradients are all-reduced per bucket
+        manual = a.no_overlap and ctx.is_distributed
+        sync_off = model.no_sync if manual else contextlib.nullcontext  # DDP: --no-overlap
+        opt = torch.optim.SGD(model.parameters(), lr=peak_lr, momentum=a.momentum,
+                              weight_decay=a.weight_decay)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        dist.rank_print(f"{env.hardware_label()} world_size={W} {a.scaling} scaling: per-rank batch "
+                        f"{b}, global batch {B}; lr {a.lr} -> {peak_lr:g} (warm-up {a.warmup_steps} "
+                        f"steps); data {info['source']}; {n_params:,} parameters; "
+                        f"{'no overlap' if manual else f'bucket_cap_mb={a.bucket_cap_mb}'}; "
+                        f"{torch.get_num_threads()} thread(s)/rank", main_only=True)
+
+        losses, lrs, times, heads = [], [], [], []
+        step, t_first, t_start = 0, None, time.perf_counter()
+        for epoch in range(a.epochs):
+            sampler.set_epoch(epoch)  # DDP: a new shuffle each epoch, the same order on all ranks
+            heads.append(list(sampler)[:4])
+            for xb, yb in loader:
+                t0 = time.perf_counter()
+                t_first = t_first or time.time()
+                xb, yb = xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
+                lr = peak_lr * warmup_factor(step, a.warmup_steps, start)
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                opt.zero_grad(set_to_none=True)
+                with sync_off():  # DDP: no_sync() only with --no-overlap
+                    loss = loss_fn(model(xb), yb)
+                    loss.backward()  # DDP: buckets are all-reduced while backward runs
+                if manual:
+                    allreduce_gradients(model.parameters(), W)  # DDP: after backward, by hand
+                opt.step()
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+                losses.append(loss.detach())
+                lrs.append(lr)
+                step += 1
+                if step % a.log_every == 0:
+                    dist.rank_print(f"epoch {epoch} step {step} loss {loss.item():.4f} lr {lr:.4g}",
+                                    main_only=True)
+                if a.steps and step >= a.steps:
+                    break
+            if a.steps and step >= a.steps:
+                break
+        train_time = time.perf_counter() - t_start
+
+        curve = torch.stack(losses).float()
+        timed = torch.tensor(times[a.timing_skip:] or times, dtype=torch.float64)
+        busy = torch.tensor([timed.sum().item()], dtype=torch.float64)
+        if ctx.is_distributed:
+            tdist.all_reduce(curve)  # DDP: the loss curve of the global batch = mean over ranks
+            curve /= W
+            tdist.all_reduce(busy, op=tdist.ReduceOp.MAX)  # DDP: the slowest rank sets the pace
+        acc = evaluate(model.module if ctx.is_distributed else model, *data.to_device_tensors(
+            test_ds, "cpu"), ctx) if a.eval else None
+        dist.report(img_per_s=b * len(timed) / timed.sum().item(),
+                    global_img_per_s=B * len(timed) / busy.item(),
+                    step_time_ms=1e3 * timed.median().item(), step_time_mean_ms=1e3 * timed.mean().item(),
+                    steps=step, epochs_run=epoch + 1, train_time_s=train_time, t_first_step=t_first,
+                    loss_curve=[round(v, 5) for v in curve.tolist()], final_loss=curve[-1].item(),
+                    lr_curve=lrs, lr=peak_lr, base_lr=a.lr, warmup_steps=a.warmup_steps,
+                    scaling=a.scaling, per_rank_batch=b, global_batch=B, bucket_cap_mb=a.bucket_cap_mb,
+                    overlap=not manual, hardware=env.hardware_label(), data=info["source"],
+                    params=n_params, width=a.width, threads=torch.get_num_threads(),
+                    launcher=ctx.launcher, shard_heads=heads, test_acc=acc,
+                    param_checksum=param_checksum(model))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Lab 05: all-reduce algorithms side by side — our ring, reduce+broadcast, recursive doubling and
+the library's own dist.all_reduce (gloo on CPUs, nccl on GPUs) — plus a ping-pong for α and β.
+
+Every algorithm is first checked against dist.all_reduce on random data of an odd length; then each
+is timed over a sweep of sizes. Rank 0 prints a table (size, algorithm, time, algbw, busbw) and one
+machine-readable line `DLTUTOR_METRICS {json}` that `dltutor.launch` / the notebook parse.
+
+Launch forms:
+    python allreduce_bench.py --tiny                          # 1 process: checks run, nothing moves
+    torchrun --nproc-per-node 2 allreduce_bench.py --tiny     # 2 local processes
+    torchrun --nproc-per-node 4 allreduce_bench.py --sizes 1KiB,1MiB,64MiB
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
+             --rdzv-endpoint $HEAD_NODE:29500 allreduce_bench.py       # 2 nodes x 4 ranks
+    srun --ntasks 8 python allreduce_bench.py                  # Slurm: one task per rank
+    python allreduce_bench.py --mode pingpong                  # (under torchrun) ping-pong only
+    from a notebook: dltutor.collectives.measure_allreduce(nproc=2, sizes=[...])
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+import torch
+import torch.distributed as dist  # DDP:
+
+from dltutor import collectives as C
+from dltutor import dist as ddist
+from dltutor.env import device, hardware_label
+
+DEFAULT_SIZES = "1KiB,4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB,64MiB"
+TINY_SIZES = "1KiB,64KiB,1MiB"
+ALGS = ("ring", "reduce_bcast", "recursive_doubling", "gloo")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated message sizes (bytes, KiB, MiB)")
+    ap.add_argument("--iters", type=int, default=20, help="timed repetitions per size (median reported)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed repetitions per size")
+    ap.add_argument("--algorithms", default=",".join(ALGS), help=f"comma-separated subset of {ALGS}")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64", "int64"])
+    ap.add_argument("--mode", default="both", choices=["allreduce", "pingpong", "both"],
+                    help="all-reduce sweep, ping-pong sweep (rank 0 <-> 1, to fit alpha and beta), or both")
+    ap.add_argument("--check-numel", type=int, default=1001, help="odd length of the correctness check")
+    ap.add_argument("--tiny", action="store_true", help=f"CI preset: sizes {TINY_SIZES}, 3 iters, 1 warmup")
+    a = ap.parse_args(argv)
+    if a.tiny:
+        a.sizes, a.iters, a.warmup = TINY_SIZES, 3, 1
+    a.sizes = [C.parse_size(s) for s in a.sizes.split(",") if s.strip()]
+    a.algorithms = [s.strip() for s in a.algorithms.split(",") if s.strip()]
+    bad = [s for s in a.algorithms if s not in ALGS]
+    if bad:
+        ap.error(f"unknown algorithm(s) {bad}; choose from {ALGS}")
+    return a
+
+
+@contextlib.contextmanager
+def process_group():
+    """Join the launcher's process group; plain `python` gets a 1-rank in-process group."""
+    with ddist.session() as ctx:  # DDP: torchrun / srun / mpiexec variables -> process group
+        if not dist.is_initialized():  # single process: all_reduce is then a copy
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        yield ctx.rank, ctx.world_size
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    dtype = getattr(torch, a.dtype)
+    with process_group() as (rank, n):
+        say = print if rank == 0 else (lambda *x, **k: None)
+        say(f"# all-reduce lab on {n} rank(s), {hardware_label()}, device {device()}, dtype {a.dtype}")
+        summary = {"rank": rank, "world_size": n, "hardware": hardware_label(), "dtype": a.dtype,
+                   "checks": {}, "results": [], "pingpong": []}
+        if a.mode in ("allreduce", "both"):
+            for name in a.algorithms:  # correctness first: an odd length, and one shorter than N
+                fn = C.ALLREDUCE[name]
+                oks = []
+                for numel, seed in ((a.check_numel, 1), (max(1, n - 1), 2)):
+                    ok, msg = C.check_against_all_reduce(fn, numel, dtype, seed)
+                    oks.append(ok)
+                    say(f"check {name:<19} {msg}  {'OK' if ok else 'MISMATCH'}")
+                summary["checks"][name] = all(oks)
+            say(f"\n{'size':>9} {'algorithm':<19} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}")
+            for nbytes in a.sizes:
+                for name in a.algorithms:
+                    t = C.time_allreduce(C.ALLREDUCE[name], nbytes, dtype, a.iters, a.warmup)
+                    row = {"algorithm": name, "bytes": nbytes, "time_s": t,
+                           "algbw_GBps": C.algbw(nbytes, t) / 1e9, "busbw_GBps": C.busbw(nbytes, t, n) / 1e9,
+                           "ok": summary["checks"][name]}
+                    summary["results"].append(row)
+                    say(f"{C.fmt_bytes(nbytes):>9} {name:<19} {t * 1e6:11.1f} {row['algbw_GBps']:11.3f} "
+                        f"{row['busbw_GBps']:11.3f}")
+        if a.mode in ("pingpong", "both"):
+            if n < 2:
+                say("\nping-pong needs 2 ranks: launch with torchrun --nproc-per-node 2")
+            else:
+                say(f"\n{'size':>9} {'one-way (us)':>13} {'GB/s':>8}   ping-pong rank 0 <-> 1")
+                for nbytes in a.sizes:
+                    t = C.pingpong(nbytes, a.iters, a.warmup)
+                    if rank == 0:
+                        summary["pingpong"].append({"bytes": nbytes, "time_s": t})
+                        say(f"{C.fmt_bytes(nbytes):>9} {t * 1e6:13.1f} {nbytes / t / 1e9:8.3f}")
+                if rank == 0:
+                    pp = summary["pingpong"]
+                    alpha, beta = C.fit_alpha_beta([p["bytes"] for p in pp], [p["time_s"] for p in pp])
+                    summary["alpha_s"], summary["beta_s_per_byte"] = alpha, beta
+                    say(f"fit: alpha = {alpha * 1e6:.1f} us, beta = {beta * 1e9:.3f} ns/byte "
+                        f"({(1 / beta / 1e9) if beta else float('inf'):.2f} GB/s)")
+        if rank == 0:
+            ddist.report(**{k: v for k, v in summary.items() if k not in ("rank", "world_size")})
+        failed = [k for k, v in summary["checks"].items() if not v]
+    if failed:
+        print(f"rank {rank}: results differ from dist.all_reduce for {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""The synthetic image-classification benchmark shared by the Horovod lab and its DDP twin.
+
+Both `course/labs/03_horovod/pytorch_synthetic_benchmark.py` (Horovod) and
+`ddp_synthetic_benchmark.py` (PyTorch DDP) take the same flags (`add_arguments`), build the same
+model and the same random batch (`build_model`, `synthetic_batch`), time the same way
+(`time_iterations`) and print the same lines (`header_lines`, `summary_lines`), so the only
+difference between the two runs is the engine that averages the gradients.
+
+The printed lines follow the classic Horovod synthetic benchmark:
+
+    Model: resnet50
+    Batch size: 64
+    Number of GPUs: 2
+    Running warmup...
+    Running benchmark...
+    Iter #0: 336.0 img/sec per GPU
+    Img/sec per GPU: 336.0 +-0.2
+    Total img/sec on 2 GPU(s): 672.0 +-0.4
+
+where "+-" is 1.96 standard deviations of the per-iteration rates (a ~95% interval).
+`parse_output(text)` reads these lines back (tests, notebooks).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import time
+
+TINY = dict(model="resnet18", batch_size=4, image_size=32, num_warmup_batches=1,
+            num_batches_per_iter=1, num_iters=3)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The benchmark's flags (the classic ones plus --image-size, --num-classes, --tiny)."""
+    a = parser.add_argument
+    a("--model", default="resnet50", help="any torchvision.models name (random weights)")
+    a("--batch-size", type=int, default=64, help="images per worker per step")
+    a("--image-size", type=int, default=224, help="square input size; 32 or 64 on CPUs")
+    a("--num-classes", type=int, default=1000, help="output classes of the model")
+    a("--num-warmup-batches", type=int, default=10, help="untimed steps before the benchmark")
+    a("--num-batches-per-iter", type=int, default=10, help="steps per timed iteration")
+    a("--num-iters", type=int, default=10, help="timed iterations")
+    a("--fp16-allreduce", action="store_true", help="send gradients as float16")
+    a("--use-adasum", action="store_true", help="Adasum instead of averaging (Horovod only)")
+    a("--no-cuda", action="store_true", help="run on the CPU even when a GPU is visible")
+    a("--seed", type=int, default=42, help="seed of the model weights (data: seed + rank)")
+    a("--tiny", action="store_true",
+      help="CI preset: " + ", ".join(f"{k}={v}" for k, v in TINY.items()))
+    return parser
+
+
+def apply_tiny(args: argparse.Namespace, explicit=()) -> argparse.Namespace:
+    """With --tiny, set every TINY size except those given on the command line (`explicit`)."""
+    if getattr(args, "tiny", False):
+        for key, value in TINY.items():
+            if key not in explicit:
+                setattr(args, key, value)
+    return args
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown, and the lab's docstring (its launch forms) kept as written."""
+
+
+def parse_args(description: str, argv=None) -> argparse.Namespace:
+    """The lab's arguments; `description` (the lab's docstring) is printed by --help as is."""
+    import sys
+    parser = argparse.ArgumentParser(description=description, formatter_class=_HelpFormatter)
+    add_arguments(parser)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    explicit = {act.dest for act in parser._actions if given & set(act.option_strings)}
+    return apply_tiny(parser.parse_args(argv), explicit)
+
+
+def pick_device(no_cuda: bool = False, local_rank: int = 0):
+    """`cuda:<local_rank>` when a GPU is visible and allowed, else the CPU."""
+    import torch
+    if not no_cuda and torch.cuda.is_available():
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def device_word(device) -> str:
+    """'GPU' or 'CPU', the word used in every printed line."""
+    return "GPU" if getattr(device, "type", str(device)) == "cuda" else "CPU"
+
+
+def build_model(name: str, num_classes: int = 1000, seed: int = 42):
+    """A torchvision model by name, random weights drawn from `seed` (identical on every rank)."""
+    import torch
+    import torchvision.models as tvm
+    try:
+        builder = getattr(tvm, name)
+    except AttributeError:
+        raise SystemExit(f"--model {name!r}: not a torchvision.models builder "
+                         "(e.g. resnet50, resnet18, mobilenet_v3_small)") from None
+    torch.manual_seed(seed)
+    return builder(weights=None, num_classes=num_classes)
+
+
+def synthetic_batch(batch_size: int, image_size: int, num_classes: int, seed: int, device):
+    """One random batch that stays in memory for the whole run: no files, no decoding."""
+    from dltutor.data import synthetic_images
+    return synthetic_images(batch_size, (3, image_size, image_size), num_classes,
+                            device=device, seed=seed)
+
+
+def train_step(model, optimizer, data, target):
+    """One forward, backward and optimizer step on the fixed batch."""
+    import torch.nn.functional as F
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(data), target)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def _sync(device):
+    import torch
+    if getattr(device, "type", "cpu") == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_iterations(step, num_iters: int, num_batches_per_iter: int, batch_size: int,
+                    device=None, on_iter=None) -> tuple[list[float], list[float]]:
+    """Run `num_iters` timed iterations of `num_batches_per_iter` calls of `step()`.
+
+    Returns (img/s of each iteration, seconds per step of each iteration). `on_iter(k, rate)`
+    is called after each iteration (the labs print the "Iter #k" line there).
+    """
+    rates, step_times = [], []
+    for k in range(num_iters):
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(num_batches_per_iter):
+            step()
+        _sync(device)
+        elapsed = time.perf_counter() - start
+        rates.append(batch_size * num_batches_per_iter / elapsed)
+        step_times.append(elapsed / num_batches_per_iter)
+        if on_iter is not None:
+            on_iter(k, rates[-1])
+    return rates, step_times
+
+
+def summarize_imgs_per_sec(rates, world_size: int = 1) -> dict:
+    """Mean img/s per worker with a 1.96-sigma interval, and the total over `world_size` workers.
+
+    As in the classic benchmark, the total is world_size x this worker's mean (every worker does
+    the same work); sigma is the population standard deviation of the per-iteration rates.
+    """
+    rates = [float(r) for r in rates]
+    if not rates:
+        raise ValueError("no iterations were timed (--num-iters must be >= 1)")
+    mean = sum(rates) / len(rates)
+    conf = 1.96 * math.sqrt(sum((r - mean) ** 2 for r in rates) / len(rates))
+    return {"img_sec_per_worker": mean, "img_sec_conf": conf,
+            "total_img_sec": world_size * mean, "total_img_sec_conf": world_size * conf,
+            "world_size": world_size}
+
+
+def header_lines(model: str, batch_size: int, world_size: int, device) -> list[str]:
+    return [f"Model: {model}", f"Batch size: {batch_size}",
+            f"Number of {device_word(device)}s: {world_size}"]
+
+
+def iter_line(k: int, rate: float, device) -> str:
+    return f"Iter #{k}: {rate:.1f} img/sec per {device_word(device)}"
+
+
+def summary_lines(summary: dict, device) -> list[str]:
+    word = device_word(device)
+    return [f"Img/sec per {word}: {summary['img_sec_per_worker']:.1f} "
+            f"+-{summary['img_sec_conf']:.1f}",
+            f"Total img/sec on {summary['world_size']} {word}(s): "
+            f"{summary['total_img_sec']:.1f} +-{summary['total_img_sec_conf']:.1f}"]
+
+
+def run(args, model, optimizer, data, target, device, rank: int, world_size: int,
+        engine: str, extra: dict | None = None) -> dict:
+    """Warm up, time, print the classic lines on rank 0, report metrics on every rank."""
+    import torch
+    from dltutor import dist
+
+    def log(line):
+        if rank == 0:
+            print(line, flush=True)
+
+    for line in header_lines(args.model, args.batch_size, world_size, device):
+        log(line)
+    log(f"Image size: {args.image_size}x{args.image_size}, threads per worker: "
+        f"{torch.get_num_threads()}, engine: {engine}, data: synthetic")
+
+    def step():
+        train_step(model, optimizer, data, target)
+
+    log("Running warmup...")
+    for _ in range(args.num_warmup_batches):
+        step()
+    log("Running benchmark...")
+    rates, step_times = time_iterations(step, args.num_iters, args.num_batches_per_iter,
+                                        args.batch_size, device,
+                                        on_iter=lambda k, r: log(iter_line(k, r, device)))
+    summary = summarize_imgs_per_sec(rates, world_size)
+    for line in summary_lines(summary, device):
+        log(line)
+    return dist.report(engine=engine, model=args.model, batch_size=args.batch_size,
+                       image_size=args.image_size, device=device_word(device),
+                       threads=torch.get_num_threads(), fp16_allreduce=args.fp16_allreduce,
+                       img_sec=rates, step_time_s=sum(step_times) / len(step_times),
+                       **summary, **(extra or {}))
+
+
+# ---------------------------------------------------------------- reading the output back
+_NUM = r"([0-9]+(?:\.[0-9]+)?)"
+_PATTERNS = {
+    "model": re.compile(r"^Model: (\S+)$", re.M),
+    "batch_size": re.compile(r"^Batch size: (\d+)$", re.M),
+    "workers": re.compile(r"^Number of (CPU|GPU)s: (\d+)$", re.M),
+    "iters": re.compile(rf"^Iter #(\d+): {_NUM} img/sec per (CPU|GPU)$", re.M),
+    "per_worker": re.compile(rf"^Img/sec per (CPU|GPU): {_NUM} \+-{_NUM}$", re.M),
+    "total": re.compile(rf"^Total img/sec on (\d+) (CPU|GPU)\(s\): {_NUM} \+-{_NUM}$", re.M),
+}
+
+
+def parse_output(text: str) -> dict:
+    """The benchmark's printed lines as numbers; raises ValueError naming a missing line.
+
+    Accepts lines with a launcher prefix such as `[rank 0] ` or `[0]<stdout>:` in front.
+    """
+    clean = "\n".join(re.sub(r"^(\[[^\]]*\](<std(out|err)>)?:?\s?)+", "", line)
+                      for line in text.splitlines())
+    found = {k: p.findall(clean) for k, p in _PATTERNS.items()}
+    for key in ("model", "batch_size", "workers", "iters", "per_worker", "total"):
+        if not found[key]:
+            raise ValueError(f"benchmark output has no {key!r} line ({_PATTERNS[key].pattern})")
+    if "Running warmup..." not in clean or "Running benchmark..." not in clean:
+        raise ValueError("benchmark output lacks 'Running warmup...' / 'Running benchmark...'")
+    word, workers = found["workers"][0]
+    _, mean, conf = found["per_worker"][-1]
+    n, _, total, total_conf = found["total"][-1]
+    return {"model": found["model"][0], "batch_size": int(found["batch_size"][0]),
+            "device": word, "workers": int(workers),
+            "iters": [float(r) for _, r, _ in found["iters"]],
+            "img_sec_per_worker": float(mean), "img_sec_conf": float(conf),
+            "total_workers": int(n), "total_img_sec": float(total),
+            "total_img_sec_conf": float(total_conf)}

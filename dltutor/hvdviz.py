@@ -1,0 +1,192 @@
+"""Horovod pictures: the timeline (HOROVOD_TIMELINE) as phases, fusion sweeps, engine and scaling bars.
+
+A Horovod timeline is a Chrome-trace JSON file written by rank 0: one trace "process" per tensor
+(named by a metadata event), and on it begin/end events of the phases of each collective
+(zero-length "X" events inside a negotiation are the ticks of each rank saying "ready"):
+  NEGOTIATE_ALLREDUCE   rank 0 waits until every worker has said "this gradient is ready"
+  ALLREDUCE             the operation itself, with nested activities such as QUEUE,
+                        MEMCPY_IN_FUSION_BUFFER, the transport's all-reduce (e.g. GLOO_ALLREDUCE)
+                        and MEMCPY_OUT_FUSION_BUFFER.
+Horovod keeps appending while it runs and may never write the closing bracket, so
+`read_timeline` accepts a truncated file.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Span:
+    tensor: str
+    name: str        # phase or activity name, e.g. NEGOTIATE_ALLREDUCE, ALLREDUCE, QUEUE
+    start_us: float
+    end_us: float
+    depth: int       # 0 = top level (negotiation / operation), 1+ = nested activity
+
+    @property
+    def duration_us(self) -> float:
+        return self.end_us - self.start_us
+
+
+def read_events(path) -> list[dict]:
+    """The trace events of a (possibly unterminated) Horovod timeline file."""
+    text = Path(path).read_text()
+    body = text.strip().rstrip(",")
+    if body.startswith("[") and not body.endswith("]"):
+        body += "]"
+    try:
+        events = json.loads(body)
+        return events["traceEvents"] if isinstance(events, dict) else list(events)
+    except ValueError:
+        pass
+    events = []  # fall back to one object per line; skip a half-written last line
+    for line in text.splitlines():
+        line = line.strip().rstrip(",")
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+    return events
+
+
+def read_timeline(path) -> list[Span]:
+    """Spans (tensor, phase, start, end, depth) from a Horovod timeline file, sorted by start."""
+    events = read_events(path)
+    names = {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            names[e.get("pid")] = (e.get("args") or {}).get("name", str(e.get("pid")))
+    stacks, spans = defaultdict(list), []
+    for e in events:
+        ph, pid = e.get("ph"), e.get("pid")
+        tensor = names.get(pid, str(pid))
+        if ph == "B":
+            stacks[(pid, e.get("tid"))].append(e)
+        elif ph == "E":
+            stack = stacks[(pid, e.get("tid"))]
+            if stack:
+                begin = stack.pop()
+                spans.append(Span(tensor, begin.get("name", "?"), float(begin["ts"]),
+                                  float(e["ts"]), len(stack)))
+        elif ph == "X" and float(e.get("dur", 0)) > 0:  # zero-length X: a rank-ready tick
+            spans.append(Span(tensor, e.get("name", "?"), float(e["ts"]),
+                              float(e["ts"]) + float(e["dur"]),
+                              len(stacks[(pid, e.get("tid"))])))
+    return sorted(spans, key=lambda s: (s.start_us, s.depth))
+
+
+def phase_of(span: Span) -> str:
+    """'negotiation', 'all-reduce' (the whole operation; 'broadcast' etc. for other ops) or the
+    nested activity's name in lower case (queue, memcpy_in_fusion_buffer, gloo_allreduce, ...)."""
+    if span.name.startswith("NEGOTIATE"):
+        return "negotiation"
+    if span.depth == 0:
+        return "all-reduce" if span.name == "ALLREDUCE" else span.name.lower()
+    return span.name.lower()
+
+
+def phase_totals(spans: list[Span]) -> dict:
+    """Total milliseconds per phase, summed over tensors (they overlap in time)."""
+    totals = defaultdict(float)
+    for s in spans:
+        totals[phase_of(s)] += s.duration_us / 1000.0
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def _short(name: str, width: int = 28) -> str:
+    name = re.sub(r"^(allreduce|broadcast)\.", "", name)
+    return name if len(name) <= width else "..." + name[-(width - 3):]
+
+
+def plot_timeline(spans: list[Span], title: str = "Horovod timeline", max_tensors: int = 24,
+                  window_ms: float | None = None, ax=None):
+    """Gantt chart: one row per tensor (the last `max_tensors` to start), negotiation and
+    all-reduce phases as coloured bars, nested activities as thin bars inside them."""
+    import matplotlib.pyplot as plt
+    if not spans:
+        raise ValueError("the timeline has no complete phases (was HOROVOD_TIMELINE set, "
+                         "and did the run finish?)")
+    t0 = min(s.start_us for s in spans)
+    if window_ms is not None:  # the last window_ms of the run: the steady-state steps
+        t_end = max(s.end_us for s in spans)
+        spans = [s for s in spans if s.end_us >= t_end - window_ms * 1000]
+        t0 = min(s.start_us for s in spans)
+    order = list(dict.fromkeys(s.tensor for s in spans))[-max_tensors:]
+    row = {t: i for i, t in enumerate(order)}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.28 * len(order) + 1.6))
+    colours = {"negotiation": "tab:orange", "all-reduce": "tab:blue"}
+    palette = iter(["tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
+                    "tab:cyan", "tab:gray"])
+    seen = set()
+    for s in spans:
+        if s.tensor not in row:
+            continue
+        phase = phase_of(s)
+        if phase not in colours:
+            colours[phase] = next(palette, "black")
+        height = 0.8 if s.depth == 0 else 0.35
+        ax.barh(row[s.tensor], max(s.duration_us / 1000.0, 1e-3),
+                left=(s.start_us - t0) / 1000.0, height=height, color=colours[phase],
+                label=None if phase in seen else phase, alpha=0.9 if s.depth else 0.6)
+        seen.add(phase)
+    ax.set_yticks(range(len(order)), [_short(t) for t in order], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since first shown event (ms)")
+    ax.set_title(title)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, fontsize=8)
+    ax.figure.tight_layout()
+    return ax
+
+
+def plot_phase_totals(totals: dict, title: str = "time per phase (summed over tensors)", ax=None):
+    import matplotlib.pyplot as plt
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3))
+    ax.barh(list(totals), list(totals.values()), color="tab:blue")
+    ax.invert_yaxis()
+    ax.set_xlabel("ms")
+    ax.set_title(title)
+    ax.figure.tight_layout()
+    return ax
+
+
+def plot_fusion(thresholds_bytes, step_times_s, title: str, ax=None):
+    """Step time against HOROVOD_FUSION_THRESHOLD (0 = fusion off)."""
+    import matplotlib.pyplot as plt
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.2))
+    labels = [("0 (off)" if b == 0 else f"{b / 2**20:g} MiB") for b in thresholds_bytes]
+    ax.bar(labels, [1000 * t for t in step_times_s], color="tab:purple")
+    ax.set_xlabel("HOROVOD_FUSION_THRESHOLD")
+    ax.set_ylabel("time per step (ms)")
+    ax.set_title(title)
+    ax.figure.tight_layout()
+    return ax
+
+
+def plot_rows(rows: list[dict], key: str, ylabel: str, title: str, ax=None, reference=()):
+    """Bars of `key` for each row (measured) and each reference row (hatched, labelled)."""
+    import matplotlib.pyplot as plt
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.4))
+    labels = [r["run"] for r in rows] + [r["run"].replace(" (", "\n(") for r in reference]
+    values = [r[key] for r in rows] + [r[key] for r in reference]
+    bars = ax.bar(range(len(values)), values,
+                  color=["tab:blue" if r.get("engine") == "horovod" else "tab:green"
+                         for r in rows] + ["lightgray"] * len(reference))
+    for b in bars[len(rows):]:
+        b.set_hatch("//")
+    for b, v in zip(bars, values):
+        ax.annotate(f"{v:.3g}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom",
+                    fontsize=8)
+    ax.set_xticks(range(len(values)), labels, fontsize=7)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.figure.tight_layout()
+    return ax

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Build Horovod 0.28.1 for the torch of PYTHON, with PyTorch + Gloo (no MPI, no TF/MXNet), and
+# install it. The wheel is kept in the cache, so a second run (or a second venv with the same
+# torch and Python) only installs it.
+#
+#   bash scripts/build_horovod.sh PYTHON            e.g. bash scripts/build_horovod.sh .venv/bin/python
+#
+# Environment:
+#   DLTUTOR_CACHE            cache root (default ~/.cache/dltutor); wheels go to $DLTUTOR_CACHE/wheels
+#   HOROVOD_GPU_OPERATIONS   unset -> CPU/Gloo build (the default, everywhere);
+#                            NCCL  -> GPU build on a CUDA site (needs nvcc, NCCL; CUDA_HOME helps)
+#   DLTUTOR_HOROVOD_REBUILD  1 -> ignore a cached wheel and build again
+#   MAKEFLAGS                default -j<cores>; Horovod's setup.py passes -j8 unless MAKEFLAGS is set
+#
+# Why a patch (scripts/patch_horovod.py): Horovod 0.28.1 pins C++14 but torch 2.x headers need
+# C++20, and it turns a CPU build into a CUDA build as soon as torch is a CUDA build and nvcc is
+# on PATH. The source is extracted fresh every time: a Horovod tree is only built once.
+set -euo pipefail
+
+HVD_VERSION=0.28.1
+PY=${1:?usage: build_horovod.sh PYTHON   (e.g. .venv/bin/python)}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE=${DLTUTOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dltutor}
+WHEELS=$CACHE/wheels
+say() { printf '[build_horovod] %s\n' "$*"; }
+die() { printf '[build_horovod] ERROR: %s\n' "$*" >&2; exit 1; }
+
+[ -x "$PY" ] || command -v "$PY" >/dev/null || die "no python at '$PY'"
+PY=$(command -v "$PY" 2>/dev/null || echo "$PY")
+"$PY" -c 'import torch' 2>/dev/null || die "$PY cannot import torch; install torch first"
+
+# What decides binary compatibility: torch version, Python tag, CPU vs GPU ops.
+TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)
+PYTAG=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+OPS=cpu
+if [ -n "${HOROVOD_GPU_OPERATIONS:-}" ]; then
+    OPS=$(printf '%s' "$HOROVOD_GPU_OPERATIONS" | tr 'A-Z' 'a-z')
+fi
+# PEP 440 local version: letters, digits and dots only, e.g. 0.28.1+torch2.14.1.cu130.cpu
+LOCAL=$(printf 'torch%s.%s' "$TORCH_VERSION" "$OPS" | tr -c 'A-Za-z0-9.\n' '.')
+say "python $PY ($PYTAG), torch $TORCH_VERSION, ops=$OPS -> horovod $HVD_VERSION+$LOCAL"
+
+install_wheel() {
+    say "installing $1"
+    "$PY" -m pip install --no-input --disable-pip-version-check --quiet "$1"
+    "$PY" - <<'EOF'
+import horovod.torch as hvd
+print("[build_horovod] horovod", __import__("horovod").__version__,
+      "| gloo:", hvd.gloo_built(), "| mpi:", hvd.mpi_built(), "| nccl:", hvd.nccl_built())
+EOF
+}
+
+mkdir -p "$WHEELS"
+shopt -s nullglob
+cached=("$WHEELS"/horovod-"$HVD_VERSION"+"$LOCAL"-"$PYTAG"-"$PYTAG"-*.whl)
+shopt -u nullglob
+if [ ${#cached[@]} -gt 0 ] && [ "${DLTUTOR_HOROVOD_REBUILD:-0}" != 1 ]; then
+    say "cached wheel found, no build needed"
+    install_wheel "${cached[0]}"
+    exit 0
+fi
+
+# ---- build prerequisites ---------------------------------------------------------------------
+command -v c++ >/dev/null || die "no C++ compiler (Debian: apt-get install -y build-essential)"
+CXXMAJOR=$(c++ -dumpversion | cut -d. -f1)
+[ "$CXXMAJOR" -ge 10 ] 2>/dev/null || say "warning: c++ version $CXXMAJOR; torch headers need C++20 (gcc >= 10)"
+if ! command -v cmake >/dev/null; then
+    say "cmake not found: installing it from PyPI into the venv"
+    "$PY" -m pip install --no-input --quiet 'cmake>=3.18,<4'
+    export PATH="$(dirname "$PY"):$PATH"
+fi
+say "cmake: $(cmake --version | head -1)"
+# setup.py imports packaging and horovod.runner; --no-build-isolation uses the venv's setuptools.
+"$PY" -m pip install --no-input --disable-pip-version-check --quiet \
+    setuptools wheel packaging cloudpickle psutil pyyaml 'cffi>=1.4.0'
+
+# ---- fresh source tree -----------------------------------------------------------------------
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dltutor-horovod.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+say "work dir $WORK"
+SDIST=$CACHE/sdist/horovod-$HVD_VERSION.tar.gz
+if [ ! -s "$SDIST" ]; then
+    say "downloading the horovod $HVD_VERSION sdist with pip"
+    mkdir -p "$CACHE/sdist"
+    "$PY" -m pip download --no-input --disable-pip-version-check --quiet --no-deps \
+        --no-build-isolation --no-binary :all: -d "$WORK/sdist" "horovod==$HVD_VERSION"
+    mv "$WORK/sdist/horovod-$HVD_VERSION.tar.gz" "$SDIST"
+fi
+say "extracting $SDIST"
+tar -xzf "$SDIST" -C "$WORK"
+SRC=$WORK/horovod-$HVD_VERSION
+"$PY" "$HERE/patch_horovod.py" "$SRC"
+
+# ---- build ------------------------------------------------------------------------------------
+# (only now: pip download checks that the sdist's metadata says plain 0.28.1)
+export HOROVOD_LOCAL_VERSION=$LOCAL
+export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1
+export HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1
+NCORES=$("$PY" -c 'import os; print(len(os.sched_getaffinity(0)))')
+export MAKEFLAGS=${MAKEFLAGS:--j$NCORES}
+if [ "$OPS" != cpu ]; then
+    say "GPU build requested: HOROVOD_GPU_OPERATIONS=$HOROVOD_GPU_OPERATIONS CUDA_HOME=${CUDA_HOME:-<unset>}"
+    [ -n "${CUDA_HOME:-}" ] || say "hint: export CUDA_HOME=<toolkit root> if CMake cannot find cudart"
+fi
+say "building wheel (MAKEFLAGS=$MAKEFLAGS); this takes several minutes on a few cores"
+start=$(date +%s)
+"$PY" -m pip wheel --no-input --disable-pip-version-check --no-build-isolation --no-deps \
+    -w "$WORK/dist" "$SRC"
+secs=$(( $(date +%s) - start ))
+say "build took ${secs}s ($((secs / 60)) min $((secs % 60)) s)"
+
+built=("$WORK"/dist/horovod-*.whl)
+[ -f "${built[0]}" ] || die "pip wheel produced no horovod wheel"
+cp "${built[0]}" "$WHEELS/"
+whl=$WHEELS/$(basename "${built[0]}")
+say "cached $whl"
+install_wheel "$whl"

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Build (once) and load DeepSpeed's C++ ops, so no lab or test waits for a JIT compile.
+
+    python scripts/warm_deepspeed.py [OP ...]      default ops: cpu_adam async_io
+    .venv/bin/python scripts/warm_deepspeed.py --list
+
+DeepSpeed compiles its ops with torch.utils.cpp_extension the first time they are used, into
+TORCH_EXTENSIONS_DIR. We point that at `<cache>/torch_extensions` (cache = DLTUTOR_CACHE, default
+~/.cache/dltutor), the same place `dltutor.engines.engine_env()` gives labs and tests, so the
+first run compiles and every later run only loads (about a second).
+
+Environment: DS_ACCELERATOR (default: cpu when no CUDA device is visible), DLTUTOR_CACHE,
+TORCH_EXTENSIONS_DIR (overrides the cache path), MAX_JOBS (parallel compile jobs, default: cores).
+
+Ops (builder class names of the accelerator):
+  cpu_adam  CPUAdamBuilder   DeepSpeedCPUAdam, the optimizer of ZeRO-Offload
+  async_io  AsyncIOBuilder   NVMe offload (ZeRO-Infinity); needs libaio (Debian: libaio-dev)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+BUILDERS = {"cpu_adam": "CPUAdamBuilder", "async_io": "AsyncIOBuilder",
+            "cpu_adagrad": "CPUAdagradBuilder", "cpu_lion": "CPULionBuilder"}
+DEFAULT_OPS = ["cpu_adam", "async_io"]
+
+
+def setup_env() -> Path:
+    """Set DS_ACCELERATOR and TORCH_EXTENSIONS_DIR before DeepSpeed is imported."""
+    cache = Path(os.environ.get("DLTUTOR_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dltutor")
+    ext = Path(os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache / "torch_extensions")))
+    ext.mkdir(parents=True, exist_ok=True)
+    if "DS_ACCELERATOR" not in os.environ:
+        import torch
+        os.environ["DS_ACCELERATOR"] = "cuda" if torch.cuda.is_available() else "cpu"
+    os.environ.setdefault("MAX_JOBS", str(len(os.sched_getaffinity(0))))
+    return ext
+
+
+def warm(op: str) -> tuple[bool, float, str]:
+    """Build/load one op; return (ok, seconds, message)."""
+    from deepspeed.accelerator import get_accelerator
+    acc = get_accelerator()
+    builder = acc.create_op_builder(BUILDERS[op])
+    if builder is None or type(builder).__name__ == "NotImplementedBuilder":
+        return False, 0.0, f"accelerator {acc._name!r} has no {BUILDERS[op]}"
+    if not builder.is_compatible(verbose=False):
+        hint = " (Debian: apt-get install -y libaio-dev)" if op == "async_io" else ""
+        return False, 0.0, f"not compatible here{hint}: {getattr(builder, 'error_log', '')}"
+    t0 = time.perf_counter()
+    module = builder.load(verbose=False)
+    return True, time.perf_counter() - t0, f"loaded {getattr(module, '__file__', module)}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("ops", nargs="*", default=DEFAULT_OPS,
+                        help=f"ops to build/load, from: {' '.join(BUILDERS)}")
+    parser.add_argument("--list", action="store_true", help="show op compatibility and exit")
+    parser.add_argument("--optional", nargs="*", default=[], metavar="OP",
+                        help="ops whose failure is reported but does not fail the script")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.ops + args.optional) - set(BUILDERS))
+    if unknown:
+        parser.error(f"unknown op(s) {unknown}; known: {' '.join(BUILDERS)}")
+
+    ext = setup_env()
+    t_import = time.perf_counter()
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+    acc = get_accelerator()
+    print(f"[warm_deepspeed] deepspeed {deepspeed.__version__}, accelerator {acc._name}, "
+          f"TORCH_EXTENSIONS_DIR={ext} (import {time.perf_counter() - t_import:.1f}s)", flush=True)
+    if args.list:
+        for op, cls in BUILDERS.items():
+            b = acc.create_op_builder(cls)
+            ok = b is not None and b.is_compatible(verbose=False)
+            print(f"  {op:12s} {cls:18s} compatible={ok}")
+        return 0
+
+    failed = []
+    t_all = time.perf_counter()
+    for op in args.ops:
+        print(f"[warm_deepspeed] {op}: building/loading ...", flush=True)
+        try:
+            ok, secs, msg = warm(op)
+        except Exception as exc:  # a compile error: show it, go on with the other ops
+            ok, secs, msg = False, 0.0, f"{type(exc).__name__}: {exc}"
+        print(f"[warm_deepspeed] {op}: {'ok' if ok else 'FAILED'} in {secs:.1f}s -- {msg}",
+              flush=True)
+        if not ok and op not in args.optional:
+            failed.append(op)
+    print(f"[warm_deepspeed] total {time.perf_counter() - t_all:.1f}s"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

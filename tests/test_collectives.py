@@ -1,0 +1,164 @@
+"""dltutor.ringmodel / costmodel / collectives: the step model, the α-β fit, the real ring on gloo."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dltutor import costmodel as cm
+from dltutor import ringmodel as rm
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB = ROOT / "course" / "labs" / "05_allreduce" / "allreduce_bench.py"
+WORKER = Path(__file__).resolve().parent / "collectives_worker.py"
+
+
+# ---------------------------------------------------------------- step model
+@pytest.mark.parametrize("n", range(1, 17))
+@pytest.mark.parametrize("length", [1, 2, 3, 5, 7, 8, 16, 17, 100, 1001])
+def test_step_model_ends_with_full_sum_everywhere(n, length):
+    states = rm.ring_steps(n, length)
+    assert len(states) == 2 * (n - 1) + 1
+    last = states[-1]
+    for r in range(n):
+        for c in range(n):
+            assert sorted(last.held[r][c]) == list(range(n)), (n, length, r, c)
+    assert rm.ring_final_ok(states)
+
+
+@pytest.mark.parametrize("n", range(2, 17))
+def test_after_reduce_scatter_each_rank_owns_one_complete_chunk(n):
+    mid = rm.ring_steps(n, 10 * n + 3)[n - 1]
+    assert mid.phase == "reduce-scatter" and mid.phase_step == n - 1
+    for r in range(n):
+        complete = [c for c in range(n) if mid.complete(r, c)]
+        assert complete == [rm.owner_after_reduce_scatter(r, n)] == [(r + 1) % n]
+    # and every chunk is complete on exactly one rank
+    owners = sorted(rm.owner_after_reduce_scatter(r, n) for r in range(n))
+    assert owners == list(range(n))
+
+
+def test_seed_labels_on_eight_ranks():
+    states = rm.ring_steps(8, 64)
+    assert states[0].label(3, 0) == "A3" and states[0].label(0, 7) == "H0"
+    assert states[2].label(0, 6) == "G6+G7+G0"          # two reduce-scatter steps
+    assert states[2].phase_text == "reduce-scatter step 2 of 7"
+    assert states[7].label(7, 0) == "+".join(f"A{r}" for r in range(8))  # P7 owns A
+    assert states[7].label(7, 0, max_terms=3) == "ΣA"
+    assert states[3].label(0, 5, max_terms=3) == "F5+…+F0 (4)"
+    assert states[9].phase_text == "all-gather step 2 of 7"
+    assert rm.label(6, (0, 7, 6), style="rank-letter") == "A6+H6+G6"
+    # step 1 moves chunk r from rank r to rank r+1
+    assert [(m.src, m.dst, m.chunk) for m in states[1].sends] == [(r, (r + 1) % 8, r) for r in range(8)]
+
+
+@pytest.mark.parametrize("n,length", [(4, 3), (5, 2), (3, 10), (7, 100), (16, 1000), (8, 1 << 20)])
+def test_chunks_and_bytes_follow_array_split(n, length):
+    bounds = rm.chunk_bounds(length, n)
+    sizes = [b - a for a, b in bounds]
+    assert sizes == [len(x) for x in np.array_split(np.arange(length), n)]
+    states = rm.ring_steps(n, length, itemsize=4)
+    for st in states[1:]:
+        assert st.bytes_step == sum(sizes[m.chunk] * 4 for m in st.sends)
+    assert states[-1].bytes_total == 2 * (n - 1) * length * 4  # each element crosses 2(N-1) links
+    if length % n == 0:  # the slide's 2(N-1)/N * D per rank
+        assert states[-1].bytes_per_rank == 2 * (n - 1) * length * 4 // n
+
+
+def test_modelled_time_matches_formula():
+    n, d, alpha, beta = 8, 8 << 20, 5e-6, 1e-9
+    st = rm.ring_steps(n, d // 4, itemsize=4, alpha=alpha, beta=beta)
+    assert st[-1].elapsed == pytest.approx(cm.ring_time(n, d, alpha, beta), rel=1e-12)
+    assert cm.ring_time(n, d, alpha, beta) == pytest.approx(2 * 7 * (alpha + d / 8 * beta))
+
+
+# ---------------------------------------------------------------- cost models and fit
+def test_fit_recovers_known_alpha_beta():
+    sizes = np.array([2.0 ** k for k in range(0, 27, 2)])
+    for alg, n in (("pingpong", 2), ("ring", 4), ("recursive_doubling", 6)):
+        t = cm.model_time(alg, n, sizes, 25e-6, 0.4e-9)
+        a, b = cm.fit_alpha_beta(sizes, t, algorithm=alg, n=n)
+        assert a == pytest.approx(25e-6, rel=1e-6) and b == pytest.approx(0.4e-9, rel=1e-6)
+    noisy = t * np.random.default_rng(0).uniform(0.95, 1.05, t.size)
+    a, b = cm.fit_alpha_beta(sizes, noisy, algorithm="recursive_doubling", n=6)
+    assert a == pytest.approx(25e-6, rel=0.1) and b == pytest.approx(0.4e-9, rel=0.1)
+
+
+def test_bandwidths_and_models():
+    assert cm.algbw(1e9, 2.0) == 5e8
+    assert cm.busbw(1e9, 2.0, 4) == pytest.approx(5e8 * 1.5)
+    assert cm.busbw(1e9, 2.0, 1) == 0
+    assert cm.model_time("reduce_bcast", 4, 100, 1.0, 0.01) == pytest.approx(6 * (1 + 1))
+    assert cm.model_time("tree", 8, 100, 1.0, 0.01) == pytest.approx(6 * 2)
+    assert cm.model_time("recursive_doubling", 8, 100, 1.0, 0.01) == pytest.approx(3 * 2)
+    assert cm.model_time("recursive_doubling", 6, 100, 1.0, 0.01) == pytest.approx(4 * 2)
+    # ring loses to recursive doubling for tiny messages and wins for big ones
+    x = cm.crossover_bytes("ring", "recursive_doubling", 8, 10e-6, 1e-9)
+    assert x and cm.model_time("ring", 8, x / 10, 10e-6, 1e-9) > cm.model_time(
+        "recursive_doubling", 8, x / 10, 10e-6, 1e-9)
+    assert cm.model_time("ring", 8, x * 10, 10e-6, 1e-9) < cm.model_time(
+        "recursive_doubling", 8, x * 10, 10e-6, 1e-9)
+    assert cm.parse_size("64MiB") == 64 << 20 and cm.parse_size("1k") == 1024
+    assert cm.fmt_bytes(64 << 20) == "64 MiB"
+    with pytest.raises(ValueError):
+        cm.parse_size("lots")
+
+
+# ---------------------------------------------------------------- real collectives on gloo
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(script, nproc, *args, timeout=240):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(script), *args]
+    env = dict(os.environ, DLTUTOR_DIST_TIMEOUT="120")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    lines = [json.loads(line.split("DLTUTOR_METRICS ", 1)[1])
+             for line in p.stdout.splitlines() if "DLTUTOR_METRICS " in line]
+    return sorted(lines, key=lambda m: m["rank"]), p.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 3, 4])
+def test_point_to_point_allreduce_equals_dist_all_reduce(nproc):
+    metrics, _ = torchrun(WORKER, nproc)
+    assert [m["rank"] for m in metrics] == list(range(nproc))
+    for m in metrics:
+        assert m["failures"] == [], m["failures"]
+        for numel, nbytes in m["ring_bytes"].items():  # the real ring sends what the model says
+            model = rm.ring_steps(nproc, int(numel), itemsize=8)
+            expect = sum(s.nbytes for st in model for s in st.sends if s.src == m["rank"])
+            assert nbytes == expect, (m["rank"], numel)
+
+
+@pytest.mark.slow
+def test_lab_tiny_on_two_ranks_prints_parsable_summary():
+    metrics, out = torchrun(LAB, 2, "--tiny")
+    assert len(metrics) == 1 and metrics[0]["rank"] == 0 and metrics[0]["world_size"] == 2
+    s = metrics[0]
+    assert s["checks"] == {"ring": True, "reduce_bcast": True, "recursive_doubling": True, "gloo": True}
+    algs = {r["algorithm"] for r in s["results"]}
+    assert algs == {"ring", "reduce_bcast", "recursive_doubling", "gloo"}
+    assert {r["bytes"] for r in s["results"]} == {1024, 64 << 10, 1 << 20}
+    for r in s["results"]:
+        assert r["time_s"] > 0 and r["busbw_GBps"] == pytest.approx(r["algbw_GBps"])  # N=2: factor 1
+    assert len(s["pingpong"]) == 3 and s["alpha_s"] >= 0 and s["beta_s_per_byte"] >= 0
+    assert "busbw GB/s" in out and "ring" in out
+
+
+def test_lab_help_shows_defaults():
+    p = subprocess.run([sys.executable, str(LAB), "--help"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0
+    for flag in ("--sizes", "--iters", "--warmup", "--algorithms", "--dtype", "--tiny", "--mode"):
+        assert flag in p.stdout
+    assert "(default: 20)" in " ".join(p.stdout.split())

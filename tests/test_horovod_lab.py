@@ -1,0 +1,183 @@
+"""Horovod lab (course/labs/03_horovod): real horovodrun --gloo runs, cross-engine gradients, faults.
+
+Needs Horovod built into the course environment (`make setup`, which runs
+scripts/build_horovod.sh). Without it these tests FAIL with that instruction; they never skip.
+"""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from dltutor import benchmark
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB = ROOT / "course" / "labs" / "03_horovod"
+SCRIPTS = ROOT / "tests" / "scripts"
+TINY = ["--tiny", "--no-cuda"]
+# Gradient agreement between the engines: float32, 2 ranks. Both sum two numbers and halve the
+# result (exact in binary), so they should agree bit for bit; we allow rtol 1e-5, atol 1e-7.
+RTOL, ATOL = 1e-5, 1e-7
+
+
+def _horovodrun() -> str:
+    return str(Path(sys.executable).with_name("horovodrun"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def horovod_installed():
+    probe = subprocess.run([sys.executable, "-c", "import horovod.torch as h; print(h.__version__)"],
+                           capture_output=True, text=True, timeout=300)
+    if probe.returncode != 0 or not Path(_horovodrun()).exists():
+        pytest.fail("Horovod (PyTorch + Gloo) is not installed in this environment: run "
+                    "`make setup` (or `bash scripts/build_horovod.sh .venv/bin/python`).\n"
+                    + probe.stderr[-800:], pytrace=False)
+
+
+def _env(**extra):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("HOROVOD_", "OMPI_", "PMI_", "SLURM_"))
+         and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    e.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
+    return e
+
+
+def _hvd_cmd(script, *args, np=2):
+    return [_horovodrun(), "-np", str(np), "-H", f"localhost:{np}", "--gloo",
+            sys.executable, "-u", str(script), *map(str, args)]
+
+
+def _torchrun_cmd(script, *args, np=2):
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(np),
+            "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+            str(script), *map(str, args)]
+
+
+def _free_port():
+    from dltutor.launch import free_port
+    return free_port()
+
+
+def _run_both(cmds, timeout=420):
+    """Start the commands together (they share the two cores), wait for all, return outputs."""
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=_env(), cwd=ROOT, start_new_session=True) for c in cmds]
+    outs = []
+    for p in procs:
+        try:
+            outs.append((p.communicate(timeout=timeout)[0], p.returncode))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                os.killpg(q.pid, 9)
+            raise
+    return outs
+
+
+# ------------------------------------------------------------------ unit: the shared timing code
+def test_summary_is_mean_and_1_96_sigma_and_parses_back():
+    s = benchmark.summarize_imgs_per_sec([10.0, 12.0, 14.0], world_size=2)
+    sigma = (8 / 3) ** 0.5
+    assert s["img_sec_per_worker"] == pytest.approx(12.0)
+    assert s["img_sec_conf"] == pytest.approx(1.96 * sigma)
+    assert s["total_img_sec"] == pytest.approx(24.0)
+    text = "\n".join(["[0]<stdout>:" + line for line in
+                      benchmark.header_lines("resnet50", 64, 2, torch.device("cpu"))
+                      + ["Running warmup...", "Running benchmark...",
+                         benchmark.iter_line(0, 12.0, torch.device("cpu"))]
+                      + benchmark.summary_lines(s, torch.device("cpu"))])
+    assert "Total img/sec on 2 CPU(s): 24.0 +-6.4" in text
+    parsed = benchmark.parse_output(text)
+    assert parsed["workers"] == 2 and parsed["img_sec_per_worker"] == 12.0
+    assert parsed["total_img_sec_conf"] == pytest.approx(6.4)
+    with pytest.raises(ValueError, match="total"):
+        benchmark.parse_output(text.replace("Total", "All"))
+
+
+def test_tiny_keeps_explicit_flags():
+    a = benchmark.parse_args("x", ["--tiny", "--model", "resnet50", "--batch-size=2"])
+    assert (a.model, a.batch_size, a.image_size, a.num_iters) == ("resnet50", 2, 32, 3)
+
+
+# ------------------------------------------------------------------ end to end: both labs
+def test_benchmark_lab_under_horovodrun_and_ddp_twin_under_torchrun():
+    (hvd_out, hvd_rc), (ddp_out, ddp_rc) = _run_both([
+        _hvd_cmd(LAB / "pytorch_synthetic_benchmark.py", *TINY),
+        _torchrun_cmd(LAB / "ddp_synthetic_benchmark.py", *TINY)])
+    assert hvd_rc == 0, f"horovodrun failed:\n{hvd_out[-3000:]}"
+    assert ddp_rc == 0, f"torchrun failed:\n{ddp_out[-3000:]}"
+    h, d = benchmark.parse_output(hvd_out), benchmark.parse_output(ddp_out)
+    for got in (h, d):
+        assert (got["model"], got["batch_size"], got["device"]) == ("resnet18", 4, "CPU")
+        assert got["workers"] == got["total_workers"] == 2
+        assert len(got["iters"]) == 3 and all(r > 0 for r in got["iters"])
+        assert got["total_img_sec"] == pytest.approx(2 * got["img_sec_per_worker"], abs=0.11)
+    # one DLTUTOR_METRICS line per rank, naming the engine; horovodrun prefixes "[r]<stdout>:"
+    hvd_ranks = sorted(int(line.split("]")[0].lstrip("[")) for line in hvd_out.splitlines()
+                       if "DLTUTOR_METRICS" in line and '"engine": "horovod"' in line)
+    assert hvd_ranks == [0, 1], hvd_out[-2000:]
+    assert ddp_out.count('"engine": "ddp"') == 2
+
+
+# ------------------------------------------------------------------ cross-engine gradients
+def test_horovod_averaged_gradients_equal_ddp(tmp_path):
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import grad_check
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    hvd_file, ddp_file = tmp_path / "hvd.pt", tmp_path / "ddp.pt"
+    outs = _run_both([_hvd_cmd(SCRIPTS / "grad_check.py", "--engine", "horovod", "--out", hvd_file),
+                      _torchrun_cmd(SCRIPTS / "grad_check.py", "--engine", "ddp", "--out", ddp_file)])
+    for (out, rc), name in zip(outs, ("horovodrun", "torchrun")):
+        assert rc == 0, f"{name} failed:\n{out[-3000:]}"
+    hvd, ddp = torch.load(hvd_file), torch.load(ddp_file)
+    assert hvd["world_size"] == ddp["world_size"] == 2
+    # the one-process reference: the mean of the two ranks' own gradients
+    model = grad_check.build_model()
+    ref = {n: (grad_check.local_grads(model, 0)[n] + grad_check.local_grads(model, 1)[n]) / 2
+           for n, _ in model.named_parameters()}
+    assert set(hvd["averaged"]) == set(ddp["averaged"]) == set(ref)
+    for name in ref:
+        h, d = hvd["averaged"][name], ddp["averaged"][name]
+        assert torch.allclose(h, d, rtol=RTOL, atol=ATOL), \
+            f"{name}: Horovod and DDP disagree by {(h - d).abs().max().item():.3g}"
+        assert torch.allclose(h, ref[name], rtol=RTOL, atol=ATOL), f"{name}: Horovod != mean"
+        # averaging really happened: rank 0's own gradient is different from the average
+        assert not torch.allclose(hvd["local"][name], h, rtol=1e-3, atol=1e-6), \
+            f"{name}: Horovod's gradient equals rank 0's own one: nothing was averaged"
+
+
+# ------------------------------------------------------------------ fault: a rank dies
+def _survivors(pids, marker):
+    alive = []
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if p.info["pid"] in pids or marker in " ".join(p.info["cmdline"] or []):
+                alive.append(p.info["pid"])
+        except (psutil.Error, OSError):
+            pass
+    return alive
+
+
+def test_dead_horovod_rank_is_named_and_nothing_survives(tmp_path):
+    from dltutor.launch import LaunchError, launch
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    with pytest.raises(LaunchError) as info:
+        launch(SCRIPTS / "hvd_crash.py", nproc=2, backend="horovod", echo=False, timeout=240,
+               args=["--crash-rank", "1", "--pid-dir", pid_dir], log_dir=tmp_path / "logs")
+    err = info.value
+    assert err.ranks and err.ranks[0] == 1, f"blamed {err.ranks}: {err}"
+    assert "rank 1" in str(err) and "fails on purpose" in str(err), str(err)
+    assert not isinstance(err, __import__("dltutor.launch").launch.LaunchTimeout)
+    pids = {int(f.read_text()) for f in pid_dir.glob("*.pid")}
+    assert len(pids) == 2, f"both ranks should have started, pid files: {sorted(pid_dir.iterdir())}"
+    time.sleep(0.5)
+    left = _survivors(pids, str(pid_dir))
+    assert left == [], f"{len(left)} process(es) of the failed launch still running: {left}"

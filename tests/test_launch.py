@@ -1,0 +1,259 @@
+"""dltutor.launch: real multi-process launches on gloo, fault injection, and the command builders.
+
+Every launch is given a unique TEST_TAG variable; after it, no live process may still carry it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dltutor import env as dlenv
+from dltutor import launch as L
+from dltutor.launch_backends import (HorovodBackend, PythonBackend, TorchrunBackend, clean_env,
+                                     get_backend)
+
+LAB = Path(__file__).parent / "scripts" / "tiny_lab.py"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tagged(tag):
+    """Live (non-zombie) processes whose environment carries TEST_TAG=tag."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and p.environ().get("TEST_TAG") == tag:
+                found.append(p)
+        except (psutil.Error, OSError):
+            pass
+    return found
+
+
+@pytest.fixture
+def tag():
+    value = uuid.uuid4().hex
+    yield value
+    assert tagged(value) == [], "processes outlived the launch"
+
+
+def crash_time(log: Path) -> float:
+    return float(re.search(r"CRASH_AT (\S+)", log.read_text()).group(1))
+
+
+# ---- real launches ------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_two_ranks_all_reduce_metrics_logs_and_prefixed_output(tmp_path, tag, capsys):
+    result = L.launch(LAB, nproc=2, args=["--lines", "3"], log_dir=tmp_path / "run",
+                      env={"TEST_TAG": tag}, timeout=120)
+    out = capsys.readouterr().out
+    assert result.returncode == 0
+    assert [m["rank"] for m in result.metrics] == [0, 1]
+    assert result.metric("total") == [3.0, 3.0]          # 1 + 2, summed by all_reduce
+    assert result.metric("world_size") == [2, 2]
+    assert result.metric("launcher") == ["torchrun", "torchrun"]
+    assert result.metric("omp") == [str(dlenv.threads_per_rank(2))] * 2
+    assert result.metric("master_addr") == ["127.0.0.1"] * 2
+    for rank in (0, 1):
+        log = result.logs[rank].read_text()
+        assert f"line 2 from rank {rank}" in log and "stderr line" in log
+        assert log.startswith("hello world_size=2")       # stored without the prefix
+        assert f"[rank {rank}] line 2 from rank {rank}" in out
+        assert f"[rank {rank}] hello world_size=2" in out
+    assert "[rank 1] [rank 1]" not in out                  # dist.rank_print defers to launch
+    assert not str(result.log_dir).startswith(str(REPO))
+
+
+@pytest.mark.slow
+def test_busy_port_is_retried_on_another_port(tmp_path, tag, monkeypatch, capsys):
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    taken = busy.getsockname()[1]
+    ports = [taken]
+    real = L.free_port
+    monkeypatch.setattr(L, "free_port", lambda: ports.pop(0) if ports else real())
+    try:
+        result = L.launch(LAB, nproc=2, log_dir=tmp_path / "run", env={"TEST_TAG": tag},
+                          timeout=120, echo=False)
+    finally:
+        busy.close()
+    assert ports == []                                     # the busy port was tried first
+    port = int(result.command[result.command.index("--master-port") + 1])
+    assert port != taken
+    assert result.metric("master_port") == [str(port)] * 2
+
+
+@pytest.mark.slow
+def test_crashed_rank_is_named_within_30s(tmp_path, tag):
+    # rank 1 raises after init; rank 0 is then blocked in an all_reduce it can never finish
+    with pytest.raises(L.LaunchError) as info:
+        L.launch(LAB, nproc=2, args=["--mode", "crash", "--rank", "1"], log_dir=tmp_path / "run",
+                 env={"TEST_TAG": tag}, timeout=120, echo=False)
+    raised = time.time()
+    err = info.value
+    assert err.ranks == [1]                                # not rank 0, which only lost a peer
+    assert str(err).startswith("rank 1 failed")
+    assert "rank 1 fails on purpose" in str(err)           # the tail of rank 1's log
+    assert raised - crash_time(tmp_path / "run" / "rank1.log") < 30
+    assert err.result.returncode != 0
+
+
+@pytest.mark.slow
+def test_watchdog_kills_ranks_that_ignore_sigterm(tmp_path, tag):
+    # torchrun waits 30 s before SIGKILL on a rank that ignores SIGTERM; the watchdog does not
+    with pytest.raises(L.LaunchError) as info:
+        L.launch(LAB, nproc=2, args=["--mode", "crash", "--rank", "1", "--ignore-term"],
+                 log_dir=tmp_path / "run", env={"TEST_TAG": tag}, timeout=120, echo=False)
+    raised = time.time()
+    assert info.value.ranks == [1]
+    assert "killed them" in str(info.value)
+    assert raised - crash_time(tmp_path / "run" / "rank1.log") < 30
+
+
+@pytest.mark.slow
+def test_timeout_kills_everything_and_names_running_ranks(tmp_path, tag):
+    with pytest.raises(L.LaunchTimeout) as info:
+        L.launch(LAB, nproc=2, args=["--mode", "hang", "--rank", "1", "--ignore-term",
+                                     "--marker", str(tmp_path / "up")],
+                 log_dir=tmp_path / "run", env={"TEST_TAG": tag}, timeout=20, echo=False)
+    assert (tmp_path / "up.1").exists(), "rank 1 never started: raise the timeout"
+    assert info.value.ranks == [1]                        # rank 0 had finished
+    assert "[1]" in str(info.value)
+    assert info.value.result.logs[1].exists()
+
+
+class _Stream:
+    """A stand-in for the cell's sys.stdout that notices a line as soon as it is printed."""
+
+    def __init__(self, wanted):
+        self.text, self.wanted, self.seen = "", wanted, threading.Event()
+
+    def write(self, s):
+        self.text += s
+        if self.wanted in self.text:
+            self.seen.set()
+        return len(s)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.slow
+def test_interrupt_streams_live_then_kills_everything(tmp_path, tag, monkeypatch):
+    # The interrupt is sent only after a rank's line has reached the "cell": so output is live.
+    stream = _Stream("[rank 0] line 1 from rank 0")
+    monkeypatch.setattr(sys, "stdout", stream)
+    counted = []
+
+    def press_stop():
+        if stream.seen.wait(90):
+            counted.append(len(tagged(tag)))
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press_stop, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        L.launch(LAB, nproc=2, args=["--mode", "hang", "--rank", "0"], log_dir=tmp_path / "run",
+                 env={"TEST_TAG": tag}, timeout=100)
+    assert counted and counted[0] >= 2                     # launcher + ranks were running
+
+
+@pytest.mark.slow
+def test_python_backend_one_process_ignores_kernel_slurm_vars(tmp_path, tag, monkeypatch):
+    # A Jupyter kernel running inside a Slurm job carries these; the lab must not believe them.
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    result = L.launch(LAB, nproc=1, backend="python", threads=1, log_dir=tmp_path / "run",
+                      env={"TEST_TAG": tag}, timeout=120, echo=False)
+    assert result.metrics == [dict(result.metrics[0], rank=0, world_size=1, launcher="single",
+                                   omp="1", total=1.0)]
+    assert result.command[1:3] == ["-u", str(LAB)]
+
+
+# ---- bad input: one clear error each, nothing started ------------------------------------
+
+@pytest.mark.parametrize("kwargs, exc, message", [
+    (dict(nproc=0), ValueError, "nproc must be a positive integer"),
+    (dict(nproc=-2), ValueError, "nproc must be a positive integer"),
+    (dict(nproc="2"), ValueError, "nproc must be a positive integer"),
+    (dict(args="--tiny"), TypeError, "args must be a list"),
+    (dict(args=None), TypeError, "args must be a list"),
+    (dict(timeout=0), ValueError, "timeout must be a positive"),
+    (dict(timeout=-1.0), ValueError, "timeout must be a positive"),
+    (dict(backend="mpi-magic"), ValueError, "unknown backend 'mpi-magic'"),
+    (dict(backend="python", nproc=2), ValueError, "exactly one process"),
+])
+def test_bad_input(kwargs, exc, message, monkeypatch):
+    monkeypatch.setattr(L.subprocess, "Popen", None)       # nothing may be started
+    with pytest.raises(exc, match=message):
+        L.launch(LAB, **kwargs)
+
+
+def test_missing_script(tmp_path, monkeypatch):
+    monkeypatch.setattr(L.subprocess, "Popen", None)
+    with pytest.raises(FileNotFoundError, match="no such script: .*nope.py"):
+        L.launch(tmp_path / "nope.py", nproc=2)
+
+
+# ---- command builders and parsers ---------------------------------------------------------
+
+def test_torchrun_command(tmp_path):
+    cmd, extra = TorchrunBackend().command("/x/lab.py", 3, ["--tiny"], port=29123,
+                                           log_dir=tmp_path, python="/venv/bin/python")
+    assert cmd[:3] == ["/venv/bin/python", "-m", "torch.distributed.run"]
+    assert cmd[cmd.index("--nproc-per-node") + 1] == "3"
+    assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--master-port") + 1] == "29123"
+    assert cmd[cmd.index("--tee") + 1] == "3"
+    assert cmd[-2:] == ["/x/lab.py", "--tiny"]
+
+
+def test_horovod_command(tmp_path):
+    cmd, extra = HorovodBackend().command("/x/lab.py", 2, ["--tiny", "--epochs", "1"], port=None,
+                                          log_dir=tmp_path, python=sys.executable)
+    assert Path(cmd[0]).name == "horovodrun"
+    assert cmd[1:] == ["-np", "2", "-H", "localhost:2", "--gloo", sys.executable, "-u",
+                       "/x/lab.py", "--tiny", "--epochs", "1"]
+    assert extra == {}
+
+
+def test_line_parsers():
+    tr, hv, py = TorchrunBackend(), HorovodBackend(), PythonBackend()
+    assert tr.split("[rank1]:hello") == (1, "hello")
+    assert tr.split("[rank0]:[rank0]: Traceback (most recent call last):") == (
+        0, "Traceback (most recent call last):")
+    assert tr.split("W1122 torchrun warning") == (None, "W1122 torchrun warning")
+    assert hv.split("[1]<stdout>:loss 0.5") == (1, "loss 0.5")
+    assert hv.split("[0,3]<stderr>:oops") == (3, "oops")
+    assert py.split("anything") == (0, "anything")
+
+
+def test_failure_parsers():
+    summary = ("Failures:\n[1]:\n  time      : t\n  host      : h\n  rank      : 1 (local_rank: 1)"
+               "\n  exitcode  : -9 (pid: 7)\nRoot Cause (first observed failure):\n[0]:\n"
+               "  time      : t\n  host      : h\n  rank      : 0 (local_rank: 0)\n"
+               "  exitcode  : 1 (pid: 6)\n")
+    assert TorchrunBackend().failures(summary) == {0: 1, 1: -9}
+    assert TorchrunBackend().port_clash("DistNetworkError: ... name: EADDRINUSE, message: x")
+    assert HorovodBackend().failures("Process 1 exit with status code 134.") == {1: 134}
+
+
+def test_local_backends_drop_inherited_rank_variables():
+    env = clean_env({"SLURM_PROCID": "0", "RANK": "3", "PATH": "/bin", "SLURM_JOB_ID": "9"},
+                    get_backend("local"))
+    assert env == {"PATH": "/bin", "SLURM_JOB_ID": "9"}
+
+
+def test_free_port_is_bindable():
+    port = L.free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))

@@ -1,0 +1,272 @@
+"""Slurm for real: a one-node Slurm on this host (scripts/slurm_local.sh), jobs through sbatch and srun.
+
+The session fixture starts slurmctld + slurmd (and munged if needed) and stops at the end only what
+it started. Slurm missing is a failure, not a skip: `bash scripts/setup.sh --test` installs it.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dltutor import sites, slurm
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "slurm_local.sh"
+LAB = ROOT / "tests" / "scripts" / "slurm_allreduce.py"
+JOB_TIMEOUT = 300   # a 2-rank job imports torch twice: slow on a busy 2-core CI machine
+
+
+def _cluster(action, timeout=180):
+    return subprocess.run(["bash", str(SCRIPT), action], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    missing = [t for t in ("sbatch", "srun", "slurmctld", "slurmd", "munged") if not shutil.which(t)]
+    if missing:
+        pytest.fail(f"Slurm is not installed ({', '.join(missing)} missing): run "
+                    "`bash scripts/setup.sh --test` (installs slurm-wlm and munge)", pytrace=False)
+    started = _cluster("status").returncode != 0
+    if started:
+        r = _cluster("start")
+        assert r.returncode == 0, f"local Slurm did not start:\n{r.stdout}\n{r.stderr}"
+    conf = re.search(r"export SLURM_CONF=(\S+)", _cluster("env").stdout).group(1)
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf   # sbatch/srun/squeue/scontrol of this process and its jobs
+    yield conf
+    if old is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = old
+    if started:
+        r = _cluster("stop")
+        assert r.returncode == 0, r.stderr
+
+
+def _check_two_ranks(metrics):
+    assert [m["rank"] for m in metrics] == [0, 1], metrics
+    assert all(m["world_size"] == 2 and m["total"] == 3.0 for m in metrics), metrics  # 1 + 2
+
+
+# ---- against the real local Slurm ---------------------------------------------------------------
+
+def test_cluster_start_is_idempotent(slurm_cluster):
+    r = _cluster("start")
+    assert r.returncode == 0 and "already running" in r.stdout, r.stdout + r.stderr
+    assert _cluster("status").returncode == 0
+    assert subprocess.run(["sinfo", "-h", "-o", "%P %T"], capture_output=True, text=True,
+                          timeout=30).stdout.split() in (["debug*", "idle"], ["debug*", "mixed"])
+
+
+def test_sbatch_two_tasks_submit_poll_and_parse_output_file(slurm_cluster, tmp_path):
+    text = slurm.render_job("local", LAB, nodes=1, tasks_per_node=2, output="%x-%j.out",
+                            job_name="allreduce")
+    job_id = slurm.submit(text, tmp_path, "allreduce")
+    assert (tmp_path / "allreduce.sbatch").read_text() == text
+    state, code = slurm.poll(job_id, timeout=JOB_TIMEOUT)
+    output = (tmp_path / f"allreduce-{job_id}.out").read_text()
+    assert (state, code) == ("COMPLETED", "0:0"), output
+    metrics = slurm.parse_metrics(output)
+    _check_two_ranks(metrics)
+    assert {m["launcher"] for m in metrics} == {"slurm"} and {m["job"] for m in metrics} == {job_id}
+    assert {m["local_rank"] for m in metrics} == {0, 1}
+    assert re.search(r"^0: DLTUTOR_METRICS", output, re.M) and re.search(r"^1: ", output, re.M)
+
+
+def test_multi_node_template_runs_torchrun_per_node(slurm_cluster, tmp_path):
+    """The multi-node template (MASTER_ADDR from scontrol show hostnames) with one torchrun per node."""
+    site = dict(sites.load_site("local"), template="slurm/multi_node.sbatch.tmpl")
+    text = slurm.render_job(site, LAB, nodes=1, tasks_per_node=2, launcher="torchrun",
+                            job_name="torchrun")
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1' in text
+    job_id = slurm.submit(text, tmp_path, "torchrun")
+    state, _ = slurm.poll(job_id, timeout=JOB_TIMEOUT)
+    output = (tmp_path / f"torchrun-{job_id}.out").read_text()
+    assert state == "COMPLETED", output
+    metrics = slurm.parse_metrics(output)
+    _check_two_ranks(metrics)
+    assert {m["launcher"] for m in metrics} == {"torchrun"}, metrics
+    nodelist = re.search(r"^job \d+ on (\S+):", output, re.M).group(1)
+    host = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                          text=True, timeout=30).stdout.split()[0]
+    assert f"MASTER_ADDR={host} " in output, output
+
+
+def test_run_batch_streams_labelled_lines_and_returns_metrics(slurm_cluster, tmp_path):
+    lines = []
+    res = slurm.run_batch(LAB, tasks_per_node=2, workdir=tmp_path, timeout=JOB_TIMEOUT,
+                          on_line=lines.append)
+    assert res.submitted and res.state == "COMPLETED" and res.returncode == 0, res.output
+    assert lines[0].startswith(f"submitted Slurm job {res.job_id}")
+    assert any(ln.startswith("0: DLTUTOR_METRICS") for ln in lines), lines
+    assert any(ln.startswith("1: DLTUTOR_METRICS") for ln in lines), lines
+    _check_two_ranks(res.metrics)
+    assert res.path == tmp_path / f"dltutor-{res.job_id}.out" and res.path.exists()
+
+
+def test_srun_two_tasks(slurm_cluster, tmp_path):
+    cmd = slurm.srun_command(LAB, 2, overlap=False)
+    assert cmd[:3] == ["srun", "--ntasks", "2"] and "--overlap" not in cmd
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=JOB_TIMEOUT, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    metrics = slurm.parse_metrics(r.stdout)
+    _check_two_ranks(metrics)
+    assert {m["launcher"] for m in metrics} == {"slurm"}
+
+
+def test_failing_task_in_batch_job_is_named(slurm_cluster, tmp_path):
+    with pytest.raises(slurm.SlurmError) as info:
+        slurm.run_batch(LAB, tasks_per_node=2, args=["--fail-rank", "1", "--exit-code", "7"],
+                        workdir=tmp_path, timeout=JOB_TIMEOUT, on_line=lambda s: None)
+    err = info.value
+    assert err.failed_tasks == [1] and err.state == "FAILED", str(err)
+    assert "task(s) 1 failed" in str(err) and "rank 1 fails on purpose" in str(err), str(err)
+
+
+def test_failing_task_in_srun_step_is_named(slurm_cluster, tmp_path):
+    code = "import os, sys; sys.exit(5 if os.environ['SLURM_PROCID'] == '1' else 0)"
+    cmd = slurm.srun_command("-c", 2, [code], overlap=False)   # python -u -c CODE
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode != 0
+    assert slurm.failed_tasks(r.stderr) == [1], r.stderr
+    backend = slurm.SlurmBackend()
+    assert backend.failed_ranks(r.stderr) == [1]
+    assert any(backend.failure_seen(ln) for ln in r.stderr.splitlines()), r.stderr
+
+
+def test_timeout_then_cancel(slurm_cluster, tmp_path):
+    job_id = slurm.submit("#!/bin/bash\n#SBATCH --output=sleep-%j.out\nsleep 300\n", tmp_path, "sleep")
+    with pytest.raises(TimeoutError, match=f"job {job_id} still"):
+        slurm.poll(job_id, timeout=2)
+    slurm.cancel(job_id)
+    assert slurm.poll(job_id, timeout=60)[0] == "CANCELLED"
+
+
+def test_unknown_job_is_reported_not_waited_for(slurm_cluster):
+    assert slurm.job_state(987654) == ("UNKNOWN", "")
+    assert slurm.poll(987654, timeout=30, interval=0.1) == ("UNKNOWN", "")
+
+
+# ---- pure: no Slurm needed ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sites.list_sites())
+def test_render_job_for_every_site(name, monkeypatch):
+    monkeypatch.setenv("DLTUTOR_ACCOUNT", "proj123")
+    site = sites.load_site(name)
+    for nodes in (1, 2):
+        text = slurm.render_job(name, "course/labs/02_ddp/train.py", nodes=nodes, args=["--tiny"])
+        assert "@{" not in text and "${DLTUTOR_ACCOUNT}" not in text
+        last = text.rstrip().splitlines()[-1]
+        assert last.rstrip('"').endswith("course/labs/02_ddp/train.py --tiny"), last
+        tpn = site["gpus_per_node"] or 1
+        if site["scheduler"] == "pbs":
+            assert f"#PBS -q {site['partition']}" in text and "#PBS -A proj123" in text
+            assert f"#PBS -l select={nodes}:system=polaris" in text
+            assert last.startswith(f"mpiexec -n {nodes * tpn} --ppn {tpn} ")
+            assert 'MASTER_ADDR=$(head -n1 "$PBS_NODEFILE")' in text
+            continue
+        if site["partition"]:
+            assert f"#SBATCH --partition={site['partition']}\n" in text
+        else:   # Perlmutter: constraint + QOS instead of a partition
+            assert "#SBATCH --constraint=gpu" in text and "#SBATCH --qos=" in text
+        assert ("#SBATCH --account=proj123" in text) == bool(site["account"])
+        assert f"#SBATCH --nodes={nodes}\n" in text
+        for module in site["modules"]:
+            assert f"module load {module}\n" in text
+        if nodes > 1:
+            assert ('export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
+                    + site["master_addr_suffix"] + "\n") in text
+        if site["launcher"] == "torchrun":
+            assert "#SBATCH --ntasks-per-node=1\n" in text
+            assert f"--nproc-per-node {tpn} --node-rank \\$SLURM_NODEID" in last
+            assert "--nnodes \\$SLURM_NNODES" in last and "--rdzv-endpoint \\$MASTER_ADDR:\\$MASTER_PORT" in last
+        else:
+            assert f"#SBATCH --ntasks-per-node={tpn}\n" in text
+            assert last.startswith("srun --label --kill-on-bad-exit=1 ") and " -u " in last
+
+
+def test_torchrun_line_is_evaluated_per_node_with_quoted_args():
+    text = slurm.render_job("frontera", "/w/my lab.py", nodes=4, args=["--name", "a b$c"])
+    last = text.rstrip().splitlines()[-1]
+    assert last.startswith('srun --label --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "exec ')
+    inner = subprocess.run(["bash", "-c", f"printf '%s\\n' {last.split('bash -c ', 1)[1]}"],
+                           capture_output=True, text=True, timeout=10).stdout
+    assert "--node-rank $SLURM_NODEID" in inner and "'/w/my lab.py' --name 'a b$c'" in inner, inner
+
+
+def test_account_placeholder_is_refused_until_set(monkeypatch, tmp_path):
+    monkeypatch.delenv("DLTUTOR_ACCOUNT", raising=False)
+    text = slurm.render_job("perlmutter", "train.py", nodes=2)
+    assert "#SBATCH --account=${DLTUTOR_ACCOUNT}" in text   # visible, never a real account
+    with pytest.raises(slurm.SlurmError, match="export DLTUTOR_ACCOUNT="):
+        slurm.submit(text, tmp_path)
+    assert not (tmp_path / "job.sbatch").exists()
+
+
+def test_unknown_site_and_bad_sizes():
+    with pytest.raises(ValueError, match="no site profile 'nowhere'; known: .*frontera"):
+        sites.load_site("nowhere")
+    with pytest.raises(ValueError, match="nodes and tasks_per_node must be >= 1"):
+        slurm.render_job("local", "x.py", nodes=0)
+    with pytest.raises(ValueError, match="unknown launcher"):
+        slurm.render_job("local", "x.py", launcher="ibrun")
+
+
+def test_without_slurm_run_batch_returns_the_script_and_why(monkeypatch):
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "sbatch" else real_which(name, *a, **k))
+    monkeypatch.setattr(slurm, "submit", lambda *a, **k: pytest.fail("must not submit"))
+    res = slurm.run_batch(LAB, tasks_per_node=2)
+    assert not res.submitted and res.job_id is None and res.returncode == 1
+    assert "no `sbatch` on this machine" in res.reason
+    assert res.script.startswith("#!/bin/bash") and "#SBATCH --ntasks-per-node=2" in res.script
+    assert str(LAB) in res.script
+    r = subprocess.run([sys.executable, "-c", "import shutil, sys; shutil.which = lambda *a, **k: None; "
+                        "from dltutor import slurm; sys.argv[0] = 'x'; sys.exit(slurm.main(sys.argv[1:]))",
+                        "batch", str(LAB)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "not submitted: no `sbatch`" in r.stderr and "#SBATCH" in r.stdout
+
+
+def test_job_state_falls_back_to_sacct_then_squeue(monkeypatch):
+    answers = {"scontrol": (1, "", "slurm_load_jobs error: Invalid job id specified"),
+               "sacct": (0, "COMPLETED|0:0\n", ""), "squeue": (0, "", "")}
+
+    def fake_run(cmd, timeout=30, cwd=None):
+        code, out, err = answers[cmd[0]]
+        return subprocess.CompletedProcess(cmd, code, out, err)
+    monkeypatch.setattr(slurm, "_run", fake_run)
+    assert slurm.job_state(42) == ("COMPLETED", "0:0")
+    answers["sacct"] = (0, "CANCELLED by 0|0:15\n", "")
+    assert slurm.job_state(42) == ("CANCELLED", "0:15")
+    answers["sacct"] = (1, "", "Slurm accounting storage is disabled")
+    answers["squeue"] = (0, "RUNNING\n", "")
+    assert slurm.job_state(42) == ("RUNNING", "")
+
+
+def test_failed_tasks_and_labels():
+    text = ("srun: error: nid001: task 3: Exited with exit code 1\n"
+            "srun: error: nid001: tasks 0-2,5: Killed\n")
+    assert slurm.failed_tasks(text) == [3]
+    assert slurm.failed_tasks("srun: error: n1: tasks 0-1,4: Terminated") == [0, 1, 4]
+    assert slurm.task_lines(" 1: a\n 0: b\n 1: c\nsrun: x\n", 1) == ["a", "c"]
+    backend = slurm.SlurmBackend()
+    assert backend.split(" 12: hello\n") == (12, "hello\n") and backend.split("srun: x") == (None, "srun: x")
+
+
+def test_backend_uses_srun_overlap_inside_an_allocation_else_a_batch_job(monkeypatch, tmp_path):
+    backend = slurm.SlurmBackend(site="local")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    cmd, env = backend.command("lab.py", 2, ["--tiny"], port=29511, log_dir=tmp_path, python="py")
+    assert cmd[:3] == ["srun", "--ntasks", "2"] and "--overlap" in cmd and cmd[-3:] == ["-u", "lab.py", "--tiny"]
+    assert env == {"MASTER_PORT": "29511"} and not backend.local
+    monkeypatch.delenv("SLURM_JOB_ID")
+    cmd, env = backend.command("lab.py", 2, ["--tiny"], port=29511, log_dir=tmp_path, python="py")
+    assert cmd[:4] == ["py", "-u", "-m", "dltutor.slurm"] and cmd[-2:] == ["lab.py", "--tiny"]
+    assert cmd[cmd.index("--tasks-per-node") + 1] == "2" and env == {}
+    with pytest.raises(ValueError, match="do not split evenly"):
+        slurm.SlurmBackend(nodes=2).check(3)
