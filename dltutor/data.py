@@ -115,7 +115,7 @@ class SyntheticCIFAR10(Dataset):
         rng = np.random.default_rng(seed)
         templates = _class_templates(num_classes)
         self.targets = rng.permutation(np.arange(n) % num_classes).tolist()
-        self.classes = [f"class{c}" for c in range(num_classes)]
+        self.classes = [f"pattern {c}" for c in range(num_classes)]
         self.data = np.empty((n, 32, 32, 3), np.uint8)
         idx = np.arange(32)
         for start in range(0, n, 4096):

@@ -22,7 +22,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,14 +33,13 @@ from pathlib import Path
 import psutil
 
 from . import env as _env
-from .launch_backends import Backend, clean_env, get_backend, lost_peer, script_path
+from .launch_backends import (TAG_ENV, Backend, clean_env, free_port, get_backend, lost_peer,
+                              rank_of, script_path, tagged_processes)
 
-TAG_ENV = "DLTUTOR_LAUNCH_ID"
 METRICS_TAG = "DLTUTOR_METRICS"  # the same tag dltutor.dist.report() prints
 FAILURE_GRACE = 5.0   # s between "a rank failed" and killing whatever is left
 TERM_GRACE = 3.0      # s between SIGTERM and SIGKILL
 TAIL_LINES = 20
-_RANK_VARS = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
 class LaunchError(RuntimeError):
@@ -70,36 +68,6 @@ class LaunchResult:
     def metric(self, name):
         """One metric from every rank that reported it, in rank order."""
         return [m[name] for m in self.metrics if name in m]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that is free on `host` right now (bind to port 0, let the OS choose)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def tagged_processes(tag: str) -> list:
-    """Live processes that carry DLTUTOR_LAUNCH_ID=tag (zombies are already dead: skipped)."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and p.environ().get(TAG_ENV) == tag:
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
-            pass
-    return found
-
-
-def _rank_of(proc) -> int | None:
-    try:
-        environ = proc.environ()
-    except (psutil.Error, OSError):
-        return None
-    for name in _RANK_VARS:
-        if environ.get(name, "").isdigit():
-            return int(environ[name])
-    return None
 
 
 class _Run:
@@ -134,11 +102,12 @@ class _Run:
             out = self.files[rank] = open(self.log_dir / f"rank{rank}.log", "a", encoding="utf-8")
         out.write(text + "\n")
         out.flush()
-        if text.startswith(METRICS_TAG + " "):
+        if text.startswith(METRICS_TAG + " "):  # machine-readable: into result.metrics only
             try:
                 record = json.loads(text[len(METRICS_TAG) + 1:])
                 record.setdefault("rank", rank)
                 self.metrics.append(record)
+                return
             except ValueError:
                 pass
         if self.echo:
@@ -165,7 +134,7 @@ class _Run:
         return list(procs.values())
 
     def running_ranks(self) -> list[int]:
-        ranks = {_rank_of(p) for p in self.processes()}
+        ranks = {rank_of(p) for p in self.processes()}
         if not ranks - {None} and self.backend.name == "python" and self.proc.poll() is None:
             return [0]
         return sorted(ranks - {None})
@@ -244,8 +213,7 @@ class _Run:
             self._kill_uninterrupted()
             raise
         finally:
-            if self.proc is not None:
-                self._kill_uninterrupted()  # nothing tagged survives, whatever happened
+            self._kill_uninterrupted()  # nothing tagged survives, whatever happened
             for f in (*self.files.values(), self.launcher_log):
                 f.close()
 
@@ -281,7 +249,8 @@ def launch(script, nproc: int = 2, args=(), backend: str = "local", env=None,
     """Run `script` on `nproc` ranks with `backend` and return a `LaunchResult`.
 
     backend: 'local' (torchrun on this machine), 'python' (one plain process, nproc=1),
-    'horovod' (horovodrun --gloo). `env` adds variables for the ranks; OMP_NUM_THREADS is
+    'horovod' (horovodrun --gloo), 'slurm' (srun inside an allocation, else sbatch with the site
+    profile $DLTUTOR_SITE) or a Backend instance such as `SlurmBackend(site=..., nodes=2)`. `env` adds variables for the ranks; OMP_NUM_THREADS is
     `threads` or `dltutor.env.threads_per_rank(nproc)` unless `env` sets it. Logs go to
     `log_dir` (default `<dltutor cache>/runs/<time>-<script>-<id>`). `echo=False` keeps the cell
     quiet. Raises LaunchError (a rank failed), LaunchTimeout, or KeyboardInterrupt (after
@@ -340,8 +309,8 @@ def _failure_message(run: _Run, rc: int, log_dir: Path) -> str:
              f"did not stop within {FAILURE_GRACE:.0f} s, so dltutor killed them."]
     others = [r for r in failed if r not in culprits]
     if others:
-        lines.append(f"rank {', '.join(map(str, others))} then stopped too: it lost a peer "
-                     "in a collective.")
+        lines.append(f"rank {', '.join(map(str, others))} stopped too: it lost its peer in a "
+                     "collective or was stopped by the launcher.")
     for r in culprits[:2]:
         lines.append(f"--- last {TAIL_LINES} lines of rank {r} ({log_dir / f'rank{r}.log'}):")
         lines.extend(run.tails[r])

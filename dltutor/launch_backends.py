@@ -6,14 +6,18 @@ A back end knows three things about its launcher:
   * `failures(text)` / `port_clash(text)` what the launcher's own messages say went wrong.
 Starting, streaming, watching, timing out and cleaning up are common to all of them and live in
 `dltutor.launch`. To add one, subclass `Backend` and register it in `BACKENDS`.
+The process helpers at the end (free port, tagged processes) are shared by all back ends.
 """
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import socket
 import sys
 from pathlib import Path
+
+import psutil
 
 # Variables that tell a process its rank. The kernel may carry them (a Jupyter server running as
 # a Slurm job has SLURM_PROCID=0, SLURM_NTASKS=...); a local launch must not hand them to ranks,
@@ -25,6 +29,9 @@ RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"
             "SLURM_STEP_NUM_TASKS", "PMI_RANK", "PMI_SIZE", "PALS_LOCAL_RANKID",
             "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
             "OMPI_COMM_WORLD_LOCAL_SIZE")
+
+TAG_ENV = "DLTUTOR_LAUNCH_ID"  # every process of one launch carries it (how nothing is orphaned)
+_RANK_VARS = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 # What a rank says when it only died because another rank vanished from a collective.
 _PEER_LOST = re.compile(r"closed by peer|reset by peer|remote worker|Broken pipe|"
@@ -155,18 +162,21 @@ class HorovodBackend(Backend):
         return bool(self._failed.search(line))
 
 
-# Slurm goes here: a SlurmBackend whose command() is
-#   srun --ntasks N --label [--kill-on-bad-exit=1] python -u script args
-# (local = False: keep the SLURM_* variables srun sets; needs_port = False: dltutor.dist derives
-# MASTER_ADDR/MASTER_PORT from the job), split() reads srun's "<rank>: " labels, failed_ranks()
-# reads "srun: error: <host>: task <N>: Exited with exit code <n>".
+# 'slurm' (dltutor.slurm.SlurmBackend: srun inside an allocation, sbatch outside) is registered
+# lazily by get_backend, because dltutor.slurm imports this module.
 BACKENDS: dict[str, Backend] = {
     "local": TorchrunBackend(), "torchrun": TorchrunBackend(),
     "python": PythonBackend(), "horovod": HorovodBackend(),
 }
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name) -> Backend:
+    """A registered back end by name, or a Backend instance as given (e.g. SlurmBackend(site=...))."""
+    if isinstance(name, Backend):
+        return name
+    if name == "slurm" and "slurm" not in BACKENDS:
+        from dltutor.slurm import SlurmBackend  # lazy: dltutor.slurm imports this module
+        BACKENDS["slurm"] = SlurmBackend()      # site from $DLTUTOR_SITE, default 'local'
     try:
         return BACKENDS[name]
     except KeyError:
@@ -187,3 +197,34 @@ def script_path(script) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"launch: no such script: {path}")
     return str(path.resolve())
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that is free on `host` right now (bind to port 0, let the OS choose)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def tagged_processes(tag: str) -> list:
+    """Live processes that carry DLTUTOR_LAUNCH_ID=tag (zombies are already dead: skipped)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and p.environ().get(TAG_ENV) == tag:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            pass
+    return found
+
+
+def rank_of(proc) -> int | None:
+    """The rank a running process was started as (from its environment), or None."""
+    try:
+        environ = proc.environ()
+    except (psutil.Error, OSError):
+        return None
+    for name in _RANK_VARS:
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    return None

@@ -64,8 +64,9 @@ def render_job(site, script, nodes: int = 1, tasks_per_node: int | None = None, 
     """The batch script that runs `script` on `nodes` x `tasks_per_node` ranks at `site`.
 
     `site` is a profile name or a dict from `load_site`. One node uses the single-node template,
-    more the multi-node one (MASTER_ADDR from `scontrol show hostnames`); PBS sites their own.
-    `launcher` ('srun', 'torchrun', 'mpiexec') overrides the profile's.
+    more the multi-node one (MASTER_ADDR from `scontrol show hostnames`), unless the profile names
+    its own `template` (PBS sites must). `launcher` ('srun', 'torchrun', 'mpiexec') overrides the
+    profile's; torchrun gets one Slurm task per node holding all of that node's ranks' CPUs.
     """
     site = load_site(site) if isinstance(site, str) else site
     nodes = int(nodes)
@@ -88,8 +89,7 @@ def render_job(site, script, nodes: int = 1, tasks_per_node: int | None = None, 
     values = dict(site_name=site.get("name", site["key"]), job_name=job_name, nodes=nodes,
                   tasks_per_node=tpn, ntasks=nodes * tpn, cpus_per_task=cpt, time=time,
                   sbatch_tasks_per_node=sb_tpn, sbatch_cpus_per_task=sb_cpt, launcher=launcher,
-                  output=output or "%x-%j.out",
-                  scratch=site["scratch"], master_addr_suffix=site["master_addr_suffix"],
+                  output=output or "%x-%j.out", scratch=site["scratch"], master_addr_suffix=site["master_addr_suffix"],
                   python=python, script=quoted_script, args=quoted_args)
     tag = "#PBS" if pbs else "#SBATCH"
     lines = []
@@ -103,7 +103,7 @@ def render_job(site, script, nodes: int = 1, tasks_per_node: int | None = None, 
     setup = [f"module load {m}" for m in site["modules"]] + list(site["setup"])
     values["setup"] = "\n".join(setup) if setup else "# (no modules to load at this site)"
     values["launch"] = _Template(launchers[launcher]).substitute(values).rstrip()
-    name = "pbs/polaris.pbs.tmpl" if pbs else \
-        "slurm/" + ("single_node" if nodes == 1 else "multi_node") + ".sbatch.tmpl"
-    name = site.get("template", name)
+    name = site.get("template") or f"slurm/{'single' if nodes == 1 else 'multi'}_node.sbatch.tmpl"
+    if pbs and not name.endswith(".pbs.tmpl"):
+        raise ValueError(f"site {site['key']!r} runs PBS: its profile must name a PBS `template`")
     return _Template((LABS / name).read_text()).substitute(values)

@@ -3,11 +3,11 @@
     result = run_batch("course/labs/02_ddp/train.py", tasks_per_node=2)   # site='local' by default
     result.metrics      # one dict per rank, from the DLTUTOR_METRICS lines of the job's output
 
-Inside an allocation (the Jupyter server is a Slurm job) `srun_command` builds an `srun --overlap`
-step; outside one `run_batch` renders a script from a site profile (dltutor.sites), submits it with
-`sbatch --parsable`, polls scontrol/sacct/squeue and streams the output file. Every wait has a
-timeout; an interrupt or a timeout cancels the job. Without Slurm here `run_batch` returns the
-script and why it did not submit. `SlurmBackend` plugs this into dltutor.launch. Kernel-side only.
+In an allocation (Jupyter is a Slurm job) `srun_command` builds an `srun --overlap` step; outside,
+`run_batch` renders a script from a site profile (dltutor.sites), `sbatch --parsable`s it, polls
+scontrol/sacct/squeue and streams the output file; every wait has a timeout, an interrupt or a
+timeout cancels the job; without Slurm it returns the script and why it did not submit.
+`SlurmBackend` plugs this into dltutor.launch. Kernel-side only: never reads rank variables.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
             "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
 _TASK_FAIL = re.compile(r"srun: error: \S+: tasks? ([\d,\-]+): (Exited with exit code \d+|Killed|"
                         r"Terminated|Segmentation fault|Aborted|[A-Z][a-z ]+)")
+_SIGNALLED = {"Killed": -9, "Terminated": -15}
 _METRICS = re.compile(r"DLTUTOR_METRICS (\{.*\})\s*$")
 _LABEL = re.compile(r"^\s*(\d+): ?(.*)$", re.S)
 
@@ -90,8 +91,8 @@ def job_state(job_id) -> tuple[str, str]:
 
 
 def poll(job_id, timeout: float = 600, interval: float = 0.5) -> tuple[str, str]:
-    """Wait for the end of the job: (STATE, exit code); 'UNKNOWN' once no command knows it (3 tries).
-    TimeoutError after `timeout` s (the job is left running: `cancel` it)."""
+    """(STATE, exit code) at the end of the job ('UNKNOWN' if no command knows it, 3 tries in a row);
+    TimeoutError after `timeout` s, the job left running (`cancel` it)."""
     deadline, unknown = time.monotonic() + timeout, 0
     while True:
         state, code = job_state(job_id)
@@ -108,8 +109,7 @@ def stream_output(path, until_done, on_line=print, timeout: float = 600,
     """Tail `path` (it may not exist yet), calling `on_line` per line until `until_done()` is true;
     then read the rest (waiting up to `grace` s for a late file) and return the whole text.
     TimeoutError after `timeout` s."""
-    path, pos, buf, text = Path(path), 0, "", []
-    deadline = time.monotonic() + timeout
+    path, pos, buf, text, deadline = Path(path), 0, "", [], time.monotonic() + timeout
 
     def read():
         nonlocal pos, buf
@@ -125,7 +125,7 @@ def stream_output(path, until_done, on_line=print, timeout: float = 600,
     while not until_done():
         read()
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{path}: job output still growing after {timeout:.0f} s")
+            raise TimeoutError(f"the job writing {path} did not finish within {timeout:.0f} s")
         time.sleep(interval)
     end = time.monotonic() + grace
     while not path.exists() and time.monotonic() < end:
@@ -142,17 +142,24 @@ def cancel(job_id) -> None:
     _run(["scancel", str(job_id)], timeout=30)
 
 
-def failed_tasks(text: str) -> list[int]:
-    """Tasks srun reports as failed (exited non-zero, else killed), leaving out those whose own
-    last lines show they only lost a peer (launch_backends.lost_peer) when another one remains."""
-    exited, killed = set(), set()
+def task_failures(text: str) -> dict[int, int]:
+    """{task: exit code} from srun's 'srun: error: <host>: task(s) <ids>: ...' lines (-9 Killed,
+    -15 Terminated, -1 another signal)."""
+    codes = {}
     for spec, how in _TASK_FAIL.findall(text):
+        code = int(how.split()[-1]) if how.startswith("Exited") else _SIGNALLED.get(how, -1)
         for part in spec.split(","):
             lo, _, hi = part.partition("-")
-            (exited if how.startswith("Exited") else killed).update(range(int(lo), int(hi or lo) + 1))
-    bad = sorted(exited or killed)
-    first = [t for t in bad if not lost_peer("\n".join(task_lines(text, t, 20)))]
-    return first or bad
+            codes.update(dict.fromkeys(range(int(lo), int(hi or lo) + 1), code))
+    return codes
+
+
+def failed_tasks(text: str) -> list[int]:
+    """The tasks to blame: those that exited non-zero (else any that failed), leaving out those whose
+    own last lines show they only lost a peer (launch_backends.lost_peer) when another remains."""
+    codes = task_failures(text)
+    bad = sorted(t for t, c in codes.items() if c > 0) or sorted(codes)
+    return [t for t in bad if not lost_peer("\n".join(task_lines(text, t, 20)))] or bad
 
 
 def parse_metrics(text: str) -> list[dict]:
@@ -226,9 +233,8 @@ def run_batch(script, nodes: int = 1, tasks_per_node: int = 2, args=(), site="lo
 
 
 class SlurmBackend(Backend):
-    """`launch(..., backend='slurm')`: an `srun --overlap` step inside an allocation, else a batch
-    job run by `python -m dltutor.slurm batch` (submits, streams the output, scancels on SIGTERM).
-    `site` defaults to $DLTUTOR_SITE or 'local'; output lines carry srun's '<task>: ' labels."""
+    """launch(backend='slurm'): `srun --overlap` in an allocation, else `python -m dltutor.slurm batch`
+    for `site` (default $DLTUTOR_SITE or 'local'); launch's timeout SIGTERMs it and it scancels."""
     name = "slurm"
     needs_port = True   # inside an allocation: MASTER_PORT for the step (rank 0 on the kernel's node)
     local = False       # keep the job's SLURM_* variables; srun sets each task's own
@@ -246,16 +252,16 @@ class SlurmBackend(Backend):
                 {"MASTER_PORT": str(port)} if port else {}
         site = self.site or os.environ.get("DLTUTOR_SITE", "local")
         return [python, "-u", "-m", "dltutor.slurm", "batch", "--site", site, "--nodes",
-                str(self.nodes), "--tasks-per-node", str(nproc // self.nodes), "--time",
-                self.time_limit, "--workdir", str(Path(log_dir) / "slurm"), str(script),
+                str(self.nodes), "--tasks-per-node", str(nproc // self.nodes), "--timeout", "86400",
+                "--time", self.time_limit, "--workdir", str(Path(log_dir) / "slurm"), str(script),
                 *map(str, args)], {}
 
     def split(self, line):
         m = _LABEL.match(line)
         return (int(m.group(1)), m.group(2)) if m else (None, line)
 
-    def failed_ranks(self, launcher_text):
-        return failed_tasks(launcher_text)
+    def failures(self, launcher_text):
+        return task_failures(launcher_text)
 
     def failure_seen(self, line):
         return bool(_TASK_FAIL.search(line))
@@ -281,17 +287,13 @@ def main(argv=None) -> int:
     try:
         res = run_batch(a.script, a.nodes, a.tasks_per_node, a.args, a.site, a.time, a.workdir,
                         a.timeout, on_line=lambda s: print(s, flush=True))
-    except SlurmError as exc:
-        print(f"dltutor.slurm: {exc}", file=sys.stderr, flush=True)
-        return 1
-    except KeyboardInterrupt:
-        print("dltutor.slurm: interrupted; the job was cancelled", file=sys.stderr, flush=True)
-        return 130
-    if not res.submitted:
+    except (SlurmError, KeyboardInterrupt) as exc:
+        print(f"dltutor.slurm: {exc or 'interrupted; the job was cancelled'}", file=sys.stderr, flush=True)
+        return 1 if isinstance(exc, SlurmError) else 130
+    if not res.submitted:   # the script on stdout (`> job.sbatch`), the reason on stderr
         print(res.script)
         print(f"dltutor.slurm: not submitted: {res.reason}", file=sys.stderr)
-        return 2
-    return 0
+    return 0 if res.submitted else 2
 
 
 if __name__ == "__main__":

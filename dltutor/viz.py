@@ -78,3 +78,37 @@ def bar_compare(table, metric: str = "img_per_s", title: str = "", label_key: st
     if path:
         fig.savefig(path, dpi=100)
     return fig
+
+
+def show_images(ds, n: int = 16, title: str = "Training images", path=None):
+    """A grid of the first `n` images of a (PIL image, label) dataset with their class names."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from dltutor.data import data_label
+    base = getattr(ds, "dataset", ds)
+    classes = getattr(base, "classes", None)
+    cols = min(8, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(1.4 * cols, 1.6 * rows + 0.6))
+    for i, ax in enumerate(np.ravel(axes)):
+        ax.axis("off")
+        if i < min(n, len(ds)):
+            img, y = ds[i]
+            ax.imshow(np.asarray(img))
+            ax.set_title(classes[y] if classes else str(y), fontsize=8)
+    fig.suptitle(f"{title} {labels(data_label(ds))}")
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
+def history_table(history) -> str:
+    """The per-epoch numbers of a History as a small text table."""
+    h = history.to_dict() if hasattr(history, "to_dict") else dict(history)
+    lines = [f"{'epoch':>5} {'train loss':>10} {'train acc':>9} {'test loss':>9} {'test acc':>8} {'img/s':>8}"]
+    for i, e in enumerate(h["epoch"]):
+        lines.append(f"{e + 1:>5} {h['train_loss'][i]:>10.4f} {h['train_acc'][i]:>9.3f} "
+                     f"{h['test_loss'][i]:>9.4f} {h['test_acc'][i]:>8.3f} {h['img_per_s'][i]:>8.0f}")
+    lines.append(labels(_data_of(h)))
+    return "\n".join(lines)

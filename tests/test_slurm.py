@@ -135,7 +135,7 @@ def test_failing_task_in_srun_step_is_named(slurm_cluster, tmp_path):
     assert r.returncode != 0
     assert slurm.failed_tasks(r.stderr) == [1], r.stderr
     backend = slurm.SlurmBackend()
-    assert backend.failed_ranks(r.stderr) == [1]
+    assert backend.failures(r.stderr) == {1: 5}
     assert any(backend.failure_seen(ln) for ln in r.stderr.splitlines()), r.stderr
 
 
@@ -144,6 +144,25 @@ def test_timeout_then_cancel(slurm_cluster, tmp_path):
     with pytest.raises(TimeoutError, match=f"job {job_id} still"):
         slurm.poll(job_id, timeout=2)
     slurm.cancel(job_id)
+    assert slurm.poll(job_id, timeout=60)[0] == "CANCELLED"
+
+
+def test_sigterm_to_the_batch_cli_cancels_the_job(slurm_cluster, tmp_path):
+    """What an interrupted launch() does: SIGTERM `python -m dltutor.slurm batch`, which scancels."""
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import time\nprint('up', flush=True)\ntime.sleep(300)\n")
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "dltutor.slurm", "batch", "--tasks-per-node",
+                             "1", "--workdir", str(tmp_path), str(sleeper)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        job_id = re.match(r"submitted Slurm job (\d+)", first).group(1)
+        assert proc.stdout.readline().startswith("job ") and proc.stdout.readline() == "0: up\n"
+        assert slurm.job_state(job_id)[0] == "RUNNING"
+        proc.terminate()
+        assert proc.wait(timeout=60) == 130, proc.stderr.read()
+    finally:
+        proc.kill()
     assert slurm.poll(job_id, timeout=60)[0] == "CANCELLED"
 
 
@@ -252,6 +271,7 @@ def test_failed_tasks_and_labels():
     text = ("srun: error: nid001: task 3: Exited with exit code 1\n"
             "srun: error: nid001: tasks 0-2,5: Killed\n")
     assert slurm.failed_tasks(text) == [3]
+    assert slurm.task_failures(text) == {3: 1, 0: -9, 1: -9, 2: -9, 5: -9}
     assert slurm.failed_tasks("srun: error: n1: tasks 0-1,4: Terminated") == [0, 1, 4]
     assert slurm.task_lines(" 1: a\n 0: b\n 1: c\nsrun: x\n", 1) == ["a", "c"]
     backend = slurm.SlurmBackend()
@@ -270,3 +290,50 @@ def test_backend_uses_srun_overlap_inside_an_allocation_else_a_batch_job(monkeyp
     assert cmd[cmd.index("--tasks-per-node") + 1] == "2" and env == {}
     with pytest.raises(ValueError, match="do not split evenly"):
         slurm.SlurmBackend(nodes=2).check(3)
+
+
+# ---- through dltutor.launch (the lead registers SlurmBackend as backend='slurm') ---------------
+
+@pytest.fixture
+def launch_slurm(monkeypatch):
+    from dltutor import launch, launch_backends
+    monkeypatch.setitem(launch_backends.BACKENDS, "slurm", slurm.SlurmBackend(site="local"))
+    return launch.launch
+
+
+@pytest.fixture
+def allocation(slurm_cluster, monkeypatch):
+    """A 2-task allocation, as if the Jupyter server ran inside it (SLURM_JOB_ID in the kernel)."""
+    r = subprocess.run(["salloc", "--ntasks", "2", "--no-shell"], capture_output=True, text=True,
+                       timeout=60)
+    job_id = re.search(r"Granted job allocation (\d+)", r.stderr).group(1)
+    monkeypatch.setenv("SLURM_JOB_ID", job_id)
+    yield job_id
+    slurm.cancel(job_id)
+
+
+def test_launch_backend_slurm_batch_job(slurm_cluster, launch_slurm, tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    res = launch_slurm(LAB, nproc=2, backend="slurm", log_dir=tmp_path, timeout=JOB_TIMEOUT,
+                       echo=False)
+    assert res.returncode == 0 and res.command[1:4] == ["-u", "-m", "dltutor.slurm"]
+    _check_two_ranks(res.metrics)
+    assert "1: " not in res.logs[1].read_text() and "DLTUTOR_METRICS" in res.logs[1].read_text()
+    assert list((tmp_path / "slurm").glob("dltutor-*.out"))
+
+
+def test_launch_backend_slurm_srun_step_in_allocation(allocation, launch_slurm, tmp_path):
+    res = launch_slurm(LAB, nproc=2, backend="slurm", log_dir=tmp_path, timeout=JOB_TIMEOUT,
+                       echo=False)
+    assert res.command[0] == "srun" and "--overlap" in res.command
+    _check_two_ranks(res.metrics)
+    assert {m["job"] for m in res.metrics} == {allocation}   # a step of the allocation
+
+
+def test_launch_backend_slurm_names_the_failed_rank(allocation, launch_slurm, tmp_path):
+    from dltutor.launch import LaunchError
+    with pytest.raises(LaunchError) as info:
+        launch_slurm(LAB, nproc=2, backend="slurm", args=["--fail-rank", "1"], log_dir=tmp_path,
+                     timeout=JOB_TIMEOUT, echo=False)
+    assert info.value.ranks == [1], str(info.value)
+    assert "rank 1 fails on purpose" in str(info.value)

@@ -2,7 +2,7 @@
 
 Every rank holds a full replica of the model, trains on its own 1/W shard of each global batch
 (DistributedSampler) and averages gradients with all-reduce after backward, so the replicas stay
-identical. Lines that exist only because of distribution carry the comment `# DDP:`.
+identical. Lines that exist only because of distribution end in a comment tagged DDP.
 
 Launch forms (the script is the same in all of them):
   python train.py --tiny                                  1 process, no process group

@@ -1,0 +1,115 @@
+"""Train the BERT-style masked-LM with DeepSpeed ZeRO (stage 0-3, CPU or NVMe offload).
+
+Launch forms (each rank prints one `DLTUTOR_METRICS {json}` line at the end):
+  python train_bert_ds.py --tiny --deepspeed_config configs/zero0.json          (one process)
+  deepspeed --num_gpus 2 train_bert_ds.py --deepspeed_config configs/zero3.json (GPUs)
+  deepspeed --num_gpus 2 train_bert_ds.py --deepspeed_config configs/zero3.json --num_layers 192
+  torchrun --nproc-per-node 2 train_bert_ds.py --tiny --deepspeed_config configs/zero2.json
+  srun -n 2 python train_bert_ds.py --deepspeed_config configs/zero3.json       (Slurm)
+  DS_ACCELERATOR=cpu torchrun ...   on a CPU-only machine (dltutor.engines.engine_env() sets it)
+ZeRO-Infinity: `--deepspeed_config configs/zero3_offload_nvme.json --nvme_path /scratch/$USER/x`
+(or $DLTUTOR_NVME_DIR). Checkpoints: `--checkpoint_dir D` saves at the end (and every
+`--save_interval` steps); `--resume` continues from the latest one with the same loss curve.
+`--mem-budget-mb M` lets each process allocate at most M MiB beyond its start-up memory (the OS
+enforces it), to show which stage fits a budget for real.
+"""
+import os
+import sys
+import time
+
+from dltutor import bertlab, dist, env, memory
+from dltutor.engines import engine_env
+from dltutor.models_bert import build_bert, synthetic_mlm_batch
+
+
+def main(argv=None):
+    ap = bertlab.parser(__doc__.splitlines()[0], deepspeed=True)
+    args = bertlab.parse(ap, argv)
+    try:
+        cfg = bertlab.load_ds_config(args.deepspeed_config, args)
+    except bertlab.ConfigError as exc:
+        ap.error(str(exc))  # one clear line and exit code 2, before any process group
+    for key, value in engine_env().items():               # DeepSpeed: DS_ACCELERATOR, op cache
+        os.environ.setdefault(key, value)
+    import deepspeed  # DeepSpeed: imported after DS_ACCELERATOR is fixed
+
+    ctx = dist.init()                                     # DeepSpeed: process group (gloo/nccl)
+    deepspeed.init_distributed(dist_backend=env.backend())  # DeepSpeed: reuse it
+    budget = memory.apply_budget(args.mem_budget_mb)
+    dist.report(**run(args, cfg, ctx), budget_bytes=budget)
+    dist.teardown()
+
+
+def run(args, cfg, ctx) -> dict:
+    """Build, (resume,) train `args.num_iterations` steps with `cfg`; return the metrics."""
+    import deepspeed
+    import torch
+    stage = cfg["zero_optimization"].get("stage", 0)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[
+        bertlab.resolve_dtype(args)]
+    env.seed_everything(args.seed, 0)                    # same initial weights on every rank
+    phase = "model construction"
+    try:
+        # DeepSpeed: at stage 3 each layer is partitioned as it is built (no full copy anywhere)
+        with deepspeed.zero.Init(enabled=stage == 3, config_dict_or_path=cfg):
+            model = build_bert(**bertlab.model_flags(args))
+        n_params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+        phase = "deepspeed.initialize"
+        engine, _, _, _ = deepspeed.initialize(           # DeepSpeed: wraps model + optimizer
+            model=model, model_parameters=model.parameters(), config=cfg)
+        start = 0
+        if args.resume:
+            path, client = engine.load_checkpoint(args.checkpoint_dir, tag=args.resume_tag)
+            if path is None:                              # DeepSpeed: nothing to resume from
+                raise FileNotFoundError(f"no DeepSpeed checkpoint in {args.checkpoint_dir}")
+            start = int(client["step"])
+        meter = memory.ModelStateMeter(engine.module, engine.optimizer)
+        losses, t0, timed = [], None, 0
+        for step in range(start, args.num_iterations):
+            phase = f"iteration {step}"
+            if step == start + 1:
+                t0 = time.perf_counter()
+            tokens, labels = synthetic_mlm_batch(args.batch_size, args.seq_len, args.vocab,
+                                                 step=step * ctx.world_size + ctx.rank,
+                                                 seed=args.seed, device=engine.device)
+            if step == args.measure_iter:
+                meter.arm()
+            loss = engine(tokens, labels)
+            engine.backward(loss)                         # DeepSpeed: reduce(-scatter) grads
+            meter.disarm()
+            meter.sample()
+            engine.step()                                 # DeepSpeed: partitioned Adam step
+            losses.append(dist_mean(loss.detach().float(), ctx))
+            timed += step > start
+            if args.checkpoint_dir and (step + 1 == args.num_iterations or (
+                    args.save_interval and (step + 1) % args.save_interval == 0)):
+                engine.save_checkpoint(args.checkpoint_dir, tag=f"step{step + 1}",
+                                       client_state={"step": step + 1})
+        elapsed = time.perf_counter() - t0 if t0 else float("nan")
+    except (RuntimeError, MemoryError) as exc:
+        if memory.is_out_of_memory(exc):
+            dist.rank_print(bertlab.oom_line(phase, exc))
+        raise
+    est = memory.estimate_zero_memory(n_params, k_l=torch.finfo(dtype).bits // 8, k_h=4,
+                                      d=ctx.world_size, z=stage)
+    out = dict(lab="train_bert_ds", stage=stage, offload=bertlab.offload_mode(cfg),
+               dtype=args.dtype, params=n_params, start_step=start, losses=losses,
+               samples_per_s=timed * args.batch_size * ctx.world_size / elapsed if timed
+               else None, model_state_bytes=meter.peak, predicted=est.as_dict(),
+               **memory.peak_memory_bytes(engine.device))
+    engine.destroy() if hasattr(engine, "destroy") else None
+    return out
+
+
+def dist_mean(value, ctx):
+    """The loss averaged over ranks (each rank saw its own batch), as a float."""
+    import torch.distributed as tdist
+    if ctx.is_distributed:
+        value = value.clone()
+        tdist.all_reduce(value)                           # DeepSpeed: for the printout only
+        value /= ctx.world_size
+    return float(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""What the two BERT labs of course/labs/04_deepspeed share: flags, the DeepSpeed config loader,
+the measured-memory report and the out-of-memory message.
+
+Kept here (not copied between train_bert.py and train_bert_ds.py), as the course's design asks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+
+NVME_ENV = "DLTUTOR_NVME_DIR"
+TINY = dict(num_layers=2, h_dim=64, ff_dim=256, num_heads=4, vocab=512, seq_len=16,
+            batch_size=2, num_iterations=4)
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+class ConfigError(ValueError):
+    """A DeepSpeed config that is missing, not JSON, or incomplete — one clear sentence."""
+
+
+def parser(description: str, deepspeed: bool = False) -> argparse.ArgumentParser:
+    """The seed's flags (defaults are the seed's 2.5B model) plus --tiny and the memory budget."""
+    p = argparse.ArgumentParser(description=description,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--num_layers", type=int, default=192)
+    p.add_argument("--h_dim", type=int, default=1024)
+    p.add_argument("--ff_dim", type=int, default=4096)
+    p.add_argument("--num_heads", type=int, default=16)
+    p.add_argument("--vocab", type=int, default=30522)
+    p.add_argument("--seq_len", type=int, default=128)
+    p.add_argument("--batch_size", type=int, default=1, help="micro-batch per rank")
+    p.add_argument("--num_iterations", type=int, default=10)
+    p.add_argument("--dtype", choices=("auto",) + DTYPES, default="auto",
+                   help="auto: fp16 on GPUs (the seed), fp32 on CPUs")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint_dir", default=None, help="save a checkpoint here at the end")
+    p.add_argument("--mem-budget-mb", dest="mem_budget_mb", type=float, default=None,
+                   help="OS-enforced per-process budget (RLIMIT_DATA) above the memory the "
+                        "process holds after start-up; default $DLTUTOR_MEM_BUDGET_MB")
+    p.add_argument("--measure_iter", type=int, default=1,
+                   help="iteration (0-based) whose model-state bytes are sampled")
+    p.add_argument("--tiny", action="store_true", help="CI sizes: " + ", ".join(
+        f"{k}={v}" for k, v in TINY.items()))
+    if deepspeed:
+        p.add_argument("--deepspeed_config", required=True, help="a JSON file from configs/")
+        p.add_argument("--nvme_path", default=None,
+                       help=f"scratch dir for ZeRO-Infinity NVMe offload (default ${NVME_ENV})")
+        p.add_argument("--resume", action="store_true",
+                       help="load the latest checkpoint in --checkpoint_dir and continue")
+        p.add_argument("--resume_tag", default=None, help="resume from this tag, not the latest")
+        p.add_argument("--save_interval", type=int, default=0,
+                       help="also save every N iterations (0: only at the end)")
+        p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)
+    return p
+
+
+def parse(p: argparse.ArgumentParser, argv=None):
+    """Parse, then apply --tiny over any size the user did not give explicitly."""
+    args = p.parse_args(argv)
+    if args.tiny:
+        given = {a.split("=")[0].lstrip("-") for a in (argv if argv is not None else
+                                                       os.sys.argv[1:]) if a.startswith("--")}
+        for k, v in TINY.items():
+            if k not in given:
+                setattr(args, k, v)
+    return args
+
+
+def resolve_dtype(args) -> str:
+    """--dtype auto -> fp16 when CUDA is visible (the seed's runs), fp32 on CPU."""
+    if args.dtype == "auto":
+        import torch
+        args.dtype = "fp16" if torch.cuda.is_available() else "fp32"
+    return args.dtype
+
+
+def model_flags(args) -> dict:
+    return dict(num_layers=args.num_layers, h_dim=args.h_dim, ff_dim=args.ff_dim,
+                num_heads=args.num_heads, vocab=args.vocab, seq_len=args.seq_len)
+
+
+def load_ds_config(path, args) -> dict:
+    """Read a DeepSpeed JSON config and fill what depends on the run: batch, dtype, NVMe path.
+
+    "auto" batch -> --batch_size; "auto" buckets, NVMe buffer -> about the largest parameter;
+    "${DLTUTOR_NVME_DIR}" -> --nvme_path or $DLTUTOR_NVME_DIR. Raises ConfigError.
+    """
+    path = Path(path) if path else None
+    if path is None or not path.is_file():
+        raise ConfigError(f"DeepSpeed config {str(path)!r} not found; pass --deepspeed_config "
+                          "with one of course/labs/04_deepspeed/configs/*.json")
+    text = path.read_text()
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"DeepSpeed config {str(path)!r} is not valid JSON: {exc.msg} at "
+                          f"line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(cfg, dict) or "zero_optimization" not in cfg:
+        raise ConfigError(f"DeepSpeed config {str(path)!r} has no 'zero_optimization' section "
+                          "(expected an object like {\"zero_optimization\": {\"stage\": 3}})")
+    if cfg.get("train_micro_batch_size_per_gpu", "auto") == "auto":
+        cfg["train_micro_batch_size_per_gpu"] = args.batch_size
+    cfg.pop("train_batch_size", None)
+    resolve_dtype(args)
+    cfg["fp16"] = {"enabled": args.dtype == "fp16", "initial_scale_power": 16}
+    cfg["bf16"] = {"enabled": args.dtype == "bf16"}
+    zero = cfg["zero_optimization"]
+    largest = max(args.vocab * args.h_dim, args.h_dim * args.ff_dim, 3 * args.h_dim ** 2)
+    # "auto" buckets hold about one weight matrix: small models stay small, big ones stay fast
+    for key, factor in (("reduce_bucket_size", 1), ("allgather_bucket_size", 1),
+                        ("stage3_prefetch_bucket_size", 1), ("stage3_max_live_parameters", 2)):
+        if zero.get(key) == "auto":
+            zero[key] = int(factor * largest)
+    for key in ("offload_param", "offload_optimizer"):
+        off = zero.get(key) or {}
+        if off.get("buffer_size") == "auto":
+            off["buffer_size"] = int(-(-largest // 1_000_000) * 1_000_000)
+        if "${" in str(off.get("nvme_path", "")):
+            nvme = getattr(args, "nvme_path", None) or os.environ.get(NVME_ENV)
+            if not nvme:
+                raise ConfigError(f"DeepSpeed config {str(path)!r} offloads to NVMe: give a "
+                                  f"scratch directory with --nvme_path or ${NVME_ENV}")
+            os.makedirs(nvme, exist_ok=True)
+            off["nvme_path"] = nvme
+    return cfg
+
+
+def offload_mode(cfg: dict) -> str:
+    zero = cfg.get("zero_optimization", {})
+    devs = {(zero.get(k) or {}).get("device", "none") for k in ("offload_param",
+                                                                 "offload_optimizer")}
+    return "nvme" if "nvme" in devs else "cpu" if "cpu" in devs else "none"
+
+
+def oom_line(phase: str, exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"OUT OF MEMORY during {phase}: {type(exc).__name__}: {first[:300]}"
+
+
+_DS_LOG = re.compile(r"(RunningAvgSamplesPerSec|CurrSamplesPerSec|MemAllocated|MaxMemAllocated"
+                     r"|loss_scale|lr)=\s*\[?([-\d.e+]+)")
+
+
+def parse_deepspeed_log(text: str) -> list[dict]:
+    """DeepSpeed's own progress lines (`steps_per_print`) as rows of numbers, one per step."""
+    rows = []
+    for line in text.splitlines():
+        step = re.search(r"step=(\d+)", line)
+        found = dict(_DS_LOG.findall(line))
+        if step and found:
+            rows.append({"step": int(step.group(1)), **{k: float(v) for k, v in found.items()}})
+    return rows
