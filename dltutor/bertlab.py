@@ -112,7 +112,8 @@ def load_ds_config(path, args) -> dict:
     largest = max(args.vocab * args.h_dim, args.h_dim * args.ff_dim, 3 * args.h_dim ** 2)
     # "auto" buckets hold about one weight matrix: small models stay small, big ones stay fast
     for key, factor in (("reduce_bucket_size", 1), ("allgather_bucket_size", 1),
-                        ("stage3_prefetch_bucket_size", 1), ("stage3_max_live_parameters", 2)):
+                        ("stage3_prefetch_bucket_size", 1), ("stage3_max_live_parameters", 2),
+                        ("sub_group_size", 2)):
         if zero.get(key) == "auto":
             zero[key] = int(factor * largest)
     for key in ("offload_param", "offload_optimizer"):

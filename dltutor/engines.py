@@ -16,8 +16,11 @@ HOROVOD_FIX = "run `make setup` (or: bash scripts/build_horovod.sh .venv/bin/pyt
 DEEPSPEED_FIX = "run `make setup` (or: .venv/bin/pip install deepspeed)"
 WARM_FIX = "run `make setup` (or: .venv/bin/python scripts/warm_deepspeed.py)"
 
-# op name -> builder class name of the DeepSpeed accelerator (what warm_deepspeed.py builds)
-DEEPSPEED_OPS = {"cpu_adam": "CPUAdamBuilder", "async_io": "AsyncIOBuilder"}
+# op name (its folder in TORCH_EXTENSIONS_DIR) -> builder class of the DeepSpeed accelerator;
+# what scripts/warm_deepspeed.py builds. deepspeed_shm_comm is loaded by every
+# deepspeed.init_distributed() on the CPU accelerator.
+DEEPSPEED_OPS = {"cpu_adam": "CPUAdamBuilder", "deepspeed_shm_comm": "ShareMemCommBuilder",
+                 "async_io": "AsyncIOBuilder"}
 
 
 def _cuda_available() -> bool:
@@ -117,7 +120,9 @@ def deepspeed_info(check_ops: bool = True) -> dict:
         for op, cls in DEEPSPEED_OPS.items():
             try:
                 builder = accelerator.create_op_builder(cls)
-                compatible = bool(builder) and builder.is_compatible(verbose=False)
+                if builder is None or type(builder).__name__ == "NotImplementedBuilder":
+                    continue                       # not used with this accelerator
+                compatible = builder.is_compatible(verbose=False)
             except Exception:
                 compatible = False
             built = _op_built(ext_dir, op)

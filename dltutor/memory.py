@@ -253,13 +253,29 @@ def warm_up() -> None:
     (torch._dynamo, which DeepSpeed pulls in) are start-up costs, not the model's; paying them
     first makes the budget measure what the model, its gradients and Adam need.
     """
+    import sys
+
     import torch
     import torch._dynamo  # noqa: F401  (imported lazily by DeepSpeed's hooks otherwise)
+    if "deepspeed" in sys.modules:  # its optimizer check imports torch.compile's inductor
+        with contextlib.suppress(ImportError):
+            import deepspeed.runtime.zero.muon.muon_optimizer  # noqa: F401
     from .models_bert import build_bert, synthetic_mlm_batch
     m = build_bert(1, 32, 64, 2, 64, 8)
     opt = torch.optim.Adam(m.parameters())
     m(*synthetic_mlm_batch(2, 8, 64)).backward()
     opt.step()
+
+
+def _return_big_blocks(threshold: int = 64 * 1024) -> None:
+    """glibc: serve blocks >= 64 KiB by mmap and unmap them on free (M_MMAP_THRESHOLD).
+
+    Otherwise freed tensors may stay in the heap and count against the budget, so a run would
+    fail from fragmentation rather than from what it holds.
+    """
+    import ctypes
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(-3, int(threshold))  # -3 = M_MMAP_THRESHOLD
 
 
 def apply_budget(mb: float | None = None, warm: bool = True) -> int | None:
@@ -276,6 +292,7 @@ def apply_budget(mb: float | None = None, warm: bool = True) -> int | None:
         return None
     if warm:
         warm_up()
+    _return_big_blocks()
     limit = data_segment_bytes() + int(float(mb) * MiB)
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     return limit

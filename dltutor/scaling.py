@@ -16,8 +16,6 @@ Efficiency compares a run on `scale` times the resources with the base run:
 """
 from __future__ import annotations
 
-import math
-
 
 # ---------------------------------------------------------------- batch sizes and the LR rule
 def split_batch(world_size: int, scaling: str = "weak", per_rank_batch: int | None = None,
@@ -149,7 +147,3 @@ def format_table(rows: list[dict], columns: list[str]) -> str:
               for i, c in enumerate(columns)]
     line = lambda xs: "  ".join(x.rjust(w) for x, w in zip(xs, widths))  # noqa: E731
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(b) for b in body])
-
-
-def is_finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -55,7 +55,7 @@ def plot_history(history, title: str = "Training", path=None):
 
 
 def bar_compare(table, metric: str = "img_per_s", title: str = "", label_key: str = "variant",
-                data: str | None = None, unit: str = "images/s", path=None):
+                data: str | None = None, unit: str = "training images/s", path=None):
     """Horizontal bars of `metric` for each row of `table` (list of dicts). Rows without a value
     show their `status` text (e.g. 'needs a GPU') instead of a bar."""
     import matplotlib.pyplot as plt
@@ -71,7 +71,7 @@ def bar_compare(table, metric: str = "img_per_s", title: str = "", label_key: st
             text += f"  ({r['speedup']:.2f}x)"
         ax.text(bar.get_width() + 0.01 * top, bar.get_y() + bar.get_height() / 2, text, va="center", fontsize=9)
     ax.set_xlim(0, top * 1.35)
-    ax.set_xlabel(f"{metric.replace('_', ' ')} ({unit}, higher is better)")
+    ax.set_xlabel(f"{unit} (higher is better)")
     ax.set_title(f"{title} {labels(data)}".strip())
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()

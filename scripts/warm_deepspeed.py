@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build (once) and load DeepSpeed's C++ ops, so no lab or test waits for a JIT compile.
 
-    python scripts/warm_deepspeed.py [OP ...]      default ops: cpu_adam async_io
+    python scripts/warm_deepspeed.py [OP ...]      default: cpu_adam deepspeed_shm_comm async_io
     .venv/bin/python scripts/warm_deepspeed.py --list
 
 DeepSpeed compiles its ops with torch.utils.cpp_extension the first time they are used, into
@@ -12,9 +12,14 @@ first run compiles and every later run only loads (about a second).
 Environment: DS_ACCELERATOR (default: cpu when no CUDA device is visible), DLTUTOR_CACHE,
 TORCH_EXTENSIONS_DIR (overrides the cache path), MAX_JOBS (parallel compile jobs, default: cores).
 
-Ops (builder class names of the accelerator):
-  cpu_adam  CPUAdamBuilder   DeepSpeedCPUAdam, the optimizer of ZeRO-Offload
-  async_io  AsyncIOBuilder   NVMe offload (ZeRO-Infinity); needs libaio (Debian: libaio-dev)
+Ops (name = folder in TORCH_EXTENSIONS_DIR, builder class of the accelerator):
+  cpu_adam            CPUAdamBuilder       DeepSpeedCPUAdam, the optimizer of ZeRO-Offload
+  deepspeed_shm_comm  ShareMemCommBuilder  CPU accelerator only: loaded by every
+                                           deepspeed.init_distributed(), so warm it or each
+                                           first launch compiles it (minutes on 2 cores)
+  async_io            AsyncIOBuilder       NVMe offload (ZeRO-Infinity); needs libaio
+                                           (Debian: libaio-dev); also builds pin_memory
+An op the accelerator has no builder for (e.g. shm comm on CUDA) is reported and skipped.
 """
 from __future__ import annotations
 
@@ -24,9 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-BUILDERS = {"cpu_adam": "CPUAdamBuilder", "async_io": "AsyncIOBuilder",
-            "cpu_adagrad": "CPUAdagradBuilder", "cpu_lion": "CPULionBuilder"}
-DEFAULT_OPS = ["cpu_adam", "async_io"]
+BUILDERS = {"cpu_adam": "CPUAdamBuilder", "deepspeed_shm_comm": "ShareMemCommBuilder",
+            "async_io": "AsyncIOBuilder", "cpu_adagrad": "CPUAdagradBuilder",
+            "cpu_lion": "CPULionBuilder"}
+DEFAULT_OPS = ["cpu_adam", "deepspeed_shm_comm", "async_io"]
 
 
 def setup_env() -> Path:
@@ -42,13 +48,13 @@ def setup_env() -> Path:
     return ext
 
 
-def warm(op: str) -> tuple[bool, float, str]:
-    """Build/load one op; return (ok, seconds, message)."""
+def warm(op: str) -> tuple[bool | None, float, str]:
+    """Build/load one op; return (ok, seconds, message); ok is None when not applicable here."""
     from deepspeed.accelerator import get_accelerator
     acc = get_accelerator()
     builder = acc.create_op_builder(BUILDERS[op])
     if builder is None or type(builder).__name__ == "NotImplementedBuilder":
-        return False, 0.0, f"accelerator {acc._name!r} has no {BUILDERS[op]}"
+        return None, 0.0, f"accelerator {acc._name!r} has no {BUILDERS[op]}: not needed here"
     if not builder.is_compatible(verbose=False):
         hint = " (Debian: apt-get install -y libaio-dev)" if op == "async_io" else ""
         return False, 0.0, f"not compatible here{hint}: {getattr(builder, 'error_log', '')}"
@@ -81,7 +87,7 @@ def main(argv=None) -> int:
         for op, cls in BUILDERS.items():
             b = acc.create_op_builder(cls)
             ok = b is not None and b.is_compatible(verbose=False)
-            print(f"  {op:12s} {cls:18s} compatible={ok}")
+            print(f"  {op:20s} {cls:20s} compatible={ok}")
         return 0
 
     failed = []
@@ -92,9 +98,9 @@ def main(argv=None) -> int:
             ok, secs, msg = warm(op)
         except Exception as exc:  # a compile error: show it, go on with the other ops
             ok, secs, msg = False, 0.0, f"{type(exc).__name__}: {exc}"
-        print(f"[warm_deepspeed] {op}: {'ok' if ok else 'FAILED'} in {secs:.1f}s -- {msg}",
-              flush=True)
-        if not ok and op not in args.optional:
+        status = {True: "ok", False: "FAILED", None: "skipped"}[ok]
+        print(f"[warm_deepspeed] {op}: {status} in {secs:.1f}s -- {msg}", flush=True)
+        if ok is False and op not in args.optional:
             failed.append(op)
     print(f"[warm_deepspeed] total {time.perf_counter() - t_all:.1f}s"
           + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)

@@ -6,6 +6,7 @@ ranks hold bit-identical parameters. A run with no gradient averaging (mode `non
 differ, so the comparison can tell the difference.
 """
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -169,6 +170,26 @@ def test_lab_no_overlap_strong_scaling(tmp_path):
     m = ms[0]
     assert (m["scaling"], m["per_rank_batch"], m["global_batch"]) == ("strong", 16, 32)
     assert m["overlap"] is False and m["lr"] == pytest.approx(0.1)  # global batch unchanged
+
+
+def test_lab_runs_as_plain_python(monkeypatch, capsys):
+    """`python train.py`: one process, no process group, the LR left unscaled (W = 1)."""
+    from dltutor.launch_backends import RANK_ENV
+    for name in RANK_ENV:  # as if started by plain python, even inside a Slurm job
+        monkeypatch.delenv(name, raising=False)
+    spec = importlib.util.spec_from_file_location("lab02_train", LAB)
+    lab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab)
+    lab.main(["--tiny", "--steps", "3", "--warmup-epochs", "0.5", "--eval"])
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith("DLTUTOR_METRICS ")]
+    assert len(lines) == 1, out
+    m = json.loads(lines[0].split(" ", 1)[1])
+    assert (m["world_size"], m["launcher"], m["global_batch"]) == (1, "single", 16)
+    assert m["steps"] == 3 and m["lr"] == pytest.approx(0.1)
+    assert m["warmup_steps"] == 8  # half of 256 // 16 = 16 steps per epoch
+    assert 0.0 <= m["test_acc"] <= 1.0
+    assert not torch.distributed.is_initialized()
 
 
 def test_param_checksum_sees_a_change():

@@ -27,7 +27,8 @@ say which). No augmentation: the lab measures scaling, not the best accuracy.
 Scaling modes: --weak keeps the per-rank batch (global batch = W x per-rank batch); --strong keeps
 the global batch and splits it over the W ranks. Learning rate: the linear scaling rule,
 lr = lr_base x global_batch / base_batch (= lr_base x W in weak scaling with the default
-base batch), ramped up linearly over --warmup-steps from lr_base (--no-scale-lr keeps lr_base).
+base batch), ramped up linearly over --warmup-steps (or --warmup-epochs) from lr_base;
+--no-scale-lr keeps lr_base.
 Gradient communication: by default DDP all-reduces gradient buckets of --bucket-cap-mb MB while
 backward is still running (overlap). --no-overlap runs backward under DDP's no_sync() (no
 communication at all) and then all-reduces every gradient in one flat buffer by hand, after
@@ -61,7 +62,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--tiny", action="store_true", help=f"CI preset: {TINY}")
     p.add_argument("--width", type=int, default=64, help="ResNet width (64 = ResNet-18)")
-    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--epochs", type=int, default=30, help="passes over the training set")
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: no limit)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--weak", dest="scaling", action="store_const", const="weak",
@@ -72,13 +73,17 @@ def parse_args(argv=None):
     p.add_argument("--per-rank-batch", type=int, default=128, help="images per rank per step (--weak)")
     p.add_argument("--global-batch", type=int, default=256, help="images per step, all ranks (--strong)")
     p.add_argument("--lr", type=float, default=0.1, help="base LR, tuned for --base-batch images")
-    p.add_argument("--base-batch", type=int, default=0, help="batch of --lr (0: --per-rank-batch)")
+    p.add_argument("--base-batch", type=int, default=0,
+                   help="batch --lr is tuned for (0: the per-rank batch with --weak, "
+                        "the global batch with --strong)")
     p.add_argument("--no-scale-lr", action="store_true", help="do not apply the linear scaling rule")
     p.add_argument("--warmup-steps", type=int, default=500, help="linear LR warm-up steps")
+    p.add_argument("--warmup-epochs", type=float, default=0.0,
+                   help="warm-up length in epochs; overrides --warmup-steps when > 0")
     p.add_argument("--warmup-start", type=float, default=None,
-                   help="first warm-up LR as a fraction of the peak (default: lr / peak lr)")
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--weight-decay", type=float, default=5e-4)
+                   help="first warm-up LR as a fraction of the peak (None: lr / peak lr)")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    p.add_argument("--weight-decay", type=float, default=5e-4, help="SGD weight decay")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
     p.add_argument("--no-overlap", action="store_true",
                    help="no_sync() backward, then one flat all-reduce by hand")
@@ -86,8 +91,8 @@ def parse_args(argv=None):
     p.add_argument("--test-subset", type=int, default=0, help="test images (0: all)")
     p.add_argument("--eval", action="store_true", help="test accuracy after training")
     p.add_argument("--timing-skip", type=int, default=2, help="first steps left out of img/s")
-    p.add_argument("--log-every", type=int, default=50)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=50, help="rank 0 prints the loss every N steps")
+    p.add_argument("--seed", type=int, default=0, help="weights, data and shuffle seed")
     if "--tiny" in argv:
         p.set_defaults(**TINY)  # flags given explicitly still win
     return p.parse_args(argv)
@@ -129,6 +134,7 @@ def main(argv=None):
         loader = DataLoader(train_set, batch_size=b, sampler=sampler, drop_last=True)
         if len(loader) == 0:
             raise SystemExit(f"{len(train_set)} images give no full batch of {b} on each of {W} ranks")
+        warmup = round(a.warmup_epochs * len(loader)) if a.warmup_epochs > 0 else a.warmup_steps
 
         torch.manual_seed(a.seed)  # the same initial weights everywhere (DDP also broadcasts them)
         model = models.cifar_resnet(width=a.width).to(dev)
@@ -142,7 +148,7 @@ def main(argv=None):
                               weight_decay=a.weight_decay)
         loss_fn = torch.nn.CrossEntropyLoss()
         dist.rank_print(f"{env.hardware_label()} world_size={W} {a.scaling} scaling: per-rank batch "
-                        f"{b}, global batch {B}; lr {a.lr} -> {peak_lr:g} (warm-up {a.warmup_steps} "
+                        f"{b}, global batch {B}; lr {a.lr} -> {peak_lr:g} (warm-up {warmup} "
                         f"steps); data {info['source']}; {n_params:,} parameters; "
                         f"{'no overlap' if manual else f'bucket_cap_mb={a.bucket_cap_mb}'}; "
                         f"{torch.get_num_threads()} thread(s)/rank", main_only=True)
@@ -156,7 +162,7 @@ def main(argv=None):
                 t0 = time.perf_counter()
                 t_first = t_first or time.time()
                 xb, yb = xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
-                lr = peak_lr * warmup_factor(step, a.warmup_steps, start)
+                lr = peak_lr * warmup_factor(step, warmup, start)
                 for group in opt.param_groups:
                     group["lr"] = lr
                 opt.zero_grad(set_to_none=True)
@@ -192,10 +198,11 @@ def main(argv=None):
             test_ds, "cpu"), ctx) if a.eval else None
         dist.report(img_per_s=b * len(timed) / timed.sum().item(),
                     global_img_per_s=B * len(timed) / busy.item(),
-                    step_time_ms=1e3 * timed.median().item(), step_time_mean_ms=1e3 * timed.mean().item(),
+                    step_time_ms=1e3 * timed.median().item(),
+                    step_time_mean_ms=1e3 * timed.mean().item(),
                     steps=step, epochs_run=epoch + 1, train_time_s=train_time, t_first_step=t_first,
                     loss_curve=[round(v, 5) for v in curve.tolist()], final_loss=curve[-1].item(),
-                    lr_curve=lrs, lr=peak_lr, base_lr=a.lr, warmup_steps=a.warmup_steps,
+                    lr_curve=lrs, lr=peak_lr, base_lr=a.lr, warmup_steps=warmup,
                     scaling=a.scaling, per_rank_batch=b, global_batch=B, bucket_cap_mb=a.bucket_cap_mb,
                     overlap=not manual, hardware=env.hardware_label(), data=info["source"],
                     params=n_params, width=a.width, threads=torch.get_num_threads(),
