@@ -119,7 +119,7 @@ def load_ds_config(path, args) -> dict:
     for key in ("offload_param", "offload_optimizer"):
         off = zero.get(key) or {}
         if off.get("buffer_size") == "auto":
-            off["buffer_size"] = int(-(-largest // 1_000_000) * 1_000_000)
+            off["buffer_size"] = int(largest)
         if "${" in str(off.get("nvme_path", "")):
             nvme = getattr(args, "nvme_path", None) or os.environ.get(NVME_ENV)
             if not nvme:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 
 import numpy as np
 import torch
@@ -44,7 +43,7 @@ def offline() -> bool:
 
 
 def cifar10_dir(root=None):
-    return env.data_dir() / BASE_FOLDER if root is None else os.path.join(root, BASE_FOLDER)
+    return os.path.join(env.data_dir() if root is None else root, BASE_FOLDER)
 
 
 def fix_message(root) -> str:
@@ -134,9 +133,6 @@ class SyntheticCIFAR10(Dataset):
         from PIL import Image
         return Image.fromarray(self.data[i]), self.targets[i]
 
-    def __repr__(self):
-        return f"SyntheticCIFAR10(SYNTHETIC, n={len(self)})"
-
 
 def synthetic_images(n: int, shape=(3, 224, 224), num_classes: int = 1000, device="cpu", seed: int = 0):
     """Random images and labels as tensors, for throughput benchmarks (e.g. ResNet-50)."""
@@ -167,7 +163,6 @@ def load_cifar10(root=None, download=None, train_subset=None, test_subset=None, 
     folder = cifar10_dir(root)
     reason = None
     if not os.path.isdir(folder) and os.path.isfile(os.path.join(root, ARCHIVE)):
-        from dltutor.staging import stage_cifar10
         stage_cifar10(os.path.join(root, ARCHIVE), dest=root)
     if not os.path.isdir(folder):
         allowed = (not offline()) if download is None else bool(download)
@@ -188,30 +183,19 @@ def load_cifar10(root=None, download=None, train_subset=None, test_subset=None, 
         if not quiet:
             print(f"NOTE: CIFAR-10 not found in {root} ({reason}).\n"
                   f"Using a SYNTHETIC CIFAR-10-shaped stand-in (3x32x32, 10 classes): accuracies "
-                  f"below are NOT CIFAR-10 results.\n{fix_message(root)}", file=sys.stdout, flush=True)
+                  f"below are NOT CIFAR-10 results.\n{fix_message(root)}", flush=True)
     train, test = _subset(train, train_subset, seed), _subset(test, test_subset, seed + 1)
     info = {"source": train.source, "root": str(root), "train_size": len(train),
             "test_size": len(test), "classes": list(getattr(train, "dataset", train).classes), "reason": reason}
     return train, test, info
 
 
-def data_label(ds_or_info) -> str:
+def data_label(obj) -> str:
     """'CIFAR-10' or 'SYNTHETIC' for a dataset, a loader or an info dict."""
-    src = ds_or_info.get("source") if isinstance(ds_or_info, dict) else getattr(
-        getattr(ds_or_info, "dataset", ds_or_info), "source", REAL)
+    src = obj.get("source") if isinstance(obj, dict) else getattr(getattr(obj, "dataset", obj), "source", REAL)
     return SYNTHETIC if src == SYNTHETIC else "CIFAR-10"
 
 
-def describe_data(root=None) -> dict:
-    """Facts for the doctor: data dir, whether CIFAR-10 is staged (files present), free space."""
-    from dltutor.staging import describe
-    return describe(root)
-
-
-def stage_cifar10(src, dest=None) -> str:
-    """Copy a pre-staged CIFAR-10 (folder or archive) into the data dir; see `dltutor.staging`."""
-    from dltutor.staging import stage_cifar10 as _stage
-    return _stage(src, dest)
 
 
 # ---------------------------------------------------------------- loaders
@@ -307,3 +291,7 @@ def device_loaders(train_ds, test_ds, batch_size: int = 128, device=None, augmen
     xte, yte = to_device_tensors(test_ds, device)
     return (DeviceLoader(xtr, ytr, batch_size, True, augment, source=src),
             DeviceLoader(xte, yte, 2 * batch_size, False, False, drop_last=False, source=src))
+
+
+# staging a shared copy, and the doctor's facts (`describe_data`), live in dltutor.staging
+from dltutor.staging import describe as describe_data, stage_cifar10  # noqa: E402,F401

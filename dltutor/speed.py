@@ -86,7 +86,8 @@ def compare_speed(make_model, train_ds, batch_size: int = 64, steps: int = 20, w
     add("data on device", lambda: run(on_dev))
     add("on device + channels_last", lambda: run(on_dev, channels_last=True))
     if on_gpu:
-        add("on device + AMP (bf16)", lambda: run(on_dev, amp=True))
+        add(f"on device + AMP ({'bf16' if torch.cuda.is_bf16_supported() else 'fp16'})",
+            lambda: run(on_dev, amp=True))
     else:
         rows.append({"variant": "on device + AMP (bf16)", "img_per_s": None, "status": NEEDS_GPU})
     if try_compile:

@@ -13,37 +13,38 @@ import tempfile
 from pathlib import Path
 
 from dltutor import env
-from dltutor.data import ARCHIVE, BASE_FOLDER, CorruptDataError, fix_message
 
 
 def _find_source(src: Path):
     """('dir', path to cifar-10-batches-py) or ('archive', path to the .tar.gz)."""
+    from dltutor import data as _data
     if src.is_file():
         return "archive", src
-    if src.name == BASE_FOLDER and src.is_dir():
+    if src.name == _data.BASE_FOLDER and src.is_dir():
         return "dir", src
-    if (src / BASE_FOLDER).is_dir():
-        return "dir", src / BASE_FOLDER
-    if (src / ARCHIVE).is_file():
-        return "archive", src / ARCHIVE
-    raise FileNotFoundError(f"no CIFAR-10 in {src}: expected {BASE_FOLDER}/ or {ARCHIVE} "
+    if (src / _data.BASE_FOLDER).is_dir():
+        return "dir", src / _data.BASE_FOLDER
+    if (src / _data.ARCHIVE).is_file():
+        return "archive", src / _data.ARCHIVE
+    raise FileNotFoundError(f"no CIFAR-10 in {src}: expected {_data.BASE_FOLDER}/ or {_data.ARCHIVE} "
                             f"(the python version from https://www.cs.toronto.edu/~kriz/cifar.html)")
 
 
 def verify(root) -> None:
-    """Let torchvision check every md5 of `<root>/cifar-10-batches-py`; CorruptDataError if not."""
-    from dltutor.data import _load_real
-    _load_real(root)
+    """Let torchvision check every md5 of `<root>/cifar-10-batches-py`; _data.CorruptDataError if not."""
+    from dltutor import data as _data
+    _data._load_real(root)
 
 
 def stage_cifar10(src, dest=None) -> str:
     """Copy CIFAR-10 from `src` into `dest` (default: the data dir), verify it, return the folder."""
+    from dltutor import data as _data
     from torchvision.datasets import CIFAR10
     from torchvision.datasets.utils import check_integrity, extract_archive
     src = Path(src).expanduser().resolve()
     dest = Path(env.data_dir() if dest is None else dest).expanduser().resolve()
     kind, path = _find_source(src)
-    final = dest / BASE_FOLDER
+    final = dest / _data.BASE_FOLDER
     if kind == "dir" and path == final:
         verify(dest)
         return str(final)
@@ -51,29 +52,29 @@ def stage_cifar10(src, dest=None) -> str:
     with tempfile.TemporaryDirectory(dir=dest, prefix=".staging-") as tmp:
         if kind == "archive":
             if not check_integrity(str(path), CIFAR10.tgz_md5):
-                raise CorruptDataError(f"{path} fails torchvision's md5 check ({CIFAR10.tgz_md5}): "
-                                       f"incomplete or not CIFAR-10.\n{fix_message(dest)}")
+                raise _data.CorruptDataError(f"{path} fails torchvision's md5 check ({CIFAR10.tgz_md5}): "
+                                       f"incomplete or not CIFAR-10.\n{_data.fix_message(dest)}")
             extract_archive(str(path), tmp)
         else:
-            shutil.copytree(path, Path(tmp) / BASE_FOLDER)
+            shutil.copytree(path, Path(tmp) / _data.BASE_FOLDER)
         verify(tmp)
         if final.exists():
             shutil.rmtree(final)
-        os.replace(Path(tmp) / BASE_FOLDER, final)
+        os.replace(Path(tmp) / _data.BASE_FOLDER, final)
     return str(final)
 
 
 def describe(root=None) -> dict:
     """Data dir, whether all CIFAR-10 files are there (no md5 pass: that is `verify`), free space."""
+    from dltutor import data as _data
     from torchvision.datasets import CIFAR10
     root = Path(env.data_dir() if root is None else root)
-    folder = root / BASE_FOLDER
+    folder = root / _data.BASE_FOLDER
     names = [n for n, _ in CIFAR10.train_list + CIFAR10.test_list] + [CIFAR10.meta["filename"]]
     missing = [n for n in names if not (folder / n).is_file()]
     probe = root
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    from dltutor.data import offline
     return {"data_dir": str(root), "cifar10_dir": str(folder), "staged": not missing,
             "missing": missing if folder.exists() else ["all"],
-            "free_gb": round(shutil.disk_usage(probe).free / 2**30, 1), "offline": offline()}
+            "free_gb": round(shutil.disk_usage(probe).free / 2**30, 1), "offline": _data.offline()}

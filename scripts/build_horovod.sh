@@ -12,9 +12,9 @@
 #   DLTUTOR_HOROVOD_REBUILD  1 -> ignore a cached wheel and build again
 #   MAKEFLAGS                default -j<cores>; Horovod's setup.py passes -j8 unless MAKEFLAGS is set
 #
-# Why a patch (scripts/patch_horovod.py): Horovod 0.28.1 pins C++14 but torch 2.x headers need
-# C++20, and it turns a CPU build into a CUDA build as soon as torch is a CUDA build and nvcc is
-# on PATH. The source is extracted fresh every time: a Horovod tree is only built once.
+# Why a patch (scripts/patch_horovod.py): Horovod 0.28.1 pins C++14 but torch 2.14 headers need
+# C++20 (and Gloo must then be C++17 too, or the link fails), and it turns a CPU build into a
+# CUDA build as soon as torch is a CUDA build and nvcc is on PATH. The source is extracted fresh every time: a Horovod tree is only built once.
 set -euo pipefail
 
 HVD_VERSION=0.28.1
@@ -76,7 +76,8 @@ say "cmake: $(cmake --version | head -1)"
 
 # ---- fresh source tree -----------------------------------------------------------------------
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dltutor-horovod.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+# keep the tree (build logs) when the build fails, remove it when it worked
+trap 'rc=$?; if [ $rc -eq 0 ]; then rm -rf "$WORK"; else echo "[build_horovod] failed (rc=$rc); tree kept in $WORK" >&2; fi' EXIT
 say "work dir $WORK"
 SDIST=$CACHE/sdist/horovod-$HVD_VERSION.tar.gz
 if [ ! -s "$SDIST" ]; then

@@ -21,7 +21,12 @@ The edits, and why:
   3. The top-level CMakeLists.txt probes nvcc and the CUDA toolkit and enables the CUDA language
      whenever it finds one; for a CPU build that costs time and can fail with a toolkit newer than
      the CMake in use. Same rule: only when DLTUTOR_GPU_BUILD.
-  4. horovod/torch/CMakeLists.txt asks distutils for the Python include dir; distutils is gone in
+  4. The top-level CMakeLists.txt pins C++14 for the rest (Gloo, Horovod's common code). Mixed
+     with the C++20 binding the link fails: gloo's `Store::kDefaultTimeout` is an out-of-line
+     constexpr member in C++14 (a strong symbol in libgloo.a) but an inline one in C++17+ (a
+     COMDAT symbol in http_store.cc.o) -> "multiple definition". C++17 for all fixes it; C++17,
+     not 20, because that is what Horovod itself uses for Gloo next to TensorFlow.
+  5. horovod/torch/CMakeLists.txt asks distutils for the Python include dir; distutils is gone in
      Python 3.12 -> ask sysconfig (same answer on 3.11).
 """
 from __future__ import annotations
@@ -53,6 +58,10 @@ EDITS = [
      f"if({GPU_FLAG})  # {MARK}\n    check_language(CUDA)\nendif()\n"
      f"if({GPU_FLAG} AND NOT CMAKE_CUDA_COMPILER)",
      f"if({GPU_FLAG} AND NOT CMAKE_CUDA_COMPILER)"),
+    ("CMakeLists.txt", "everything else (Gloo, common code): C++14 -> C++17",
+     r"^set\(CMAKE_CXX_STANDARD 14\)[ \t]*$",
+     f"set(CMAKE_CXX_STANDARD 17)  # {MARK}: same ODR rules as the C++20 torch binding",
+     f"set(CMAKE_CXX_STANDARD 17)  # {MARK}"),
     ("cmake/Modules/FindPytorch.cmake", "CUDA torch extension only for a GPU build",
      r'^(string\(TOUPPER "\$\{Pytorch_CUDA\}" Pytorch_CUDA\)[ \t]*)$',
      r"\1" + f"\n# {MARK}: a CUDA build of torch does not make Horovod a GPU build\n"

@@ -177,10 +177,16 @@ def test_lab_runs_as_plain_python(monkeypatch, capsys):
     from dltutor.launch_backends import RANK_ENV
     for name in RANK_ENV:  # as if started by plain python, even inside a Slurm job
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # dist.init leaves the thread count alone
     spec = importlib.util.spec_from_file_location("lab02_train", LAB)
     lab = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lab)
-    lab.main(["--tiny", "--steps", "3", "--warmup-epochs", "0.5", "--eval"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread, as a launched rank gets: no spinning on a busy machine
+    try:
+        lab.main(["--tiny", "--steps", "3", "--warmup-epochs", "0.5", "--eval"])
+    finally:
+        torch.set_num_threads(threads)
     out = capsys.readouterr().out
     lines = [ln for ln in out.splitlines() if ln.startswith("DLTUTOR_METRICS ")]
     assert len(lines) == 1, out

@@ -75,8 +75,8 @@ def _horovodrun() -> str:
     info = engines.horovod_info()
     exe = BIN / "horovodrun"
     if not info["importable"] or not exe.exists():
-        pytest.fail(f"Horovod is not usable here ({info['details'] or 'not installed'}): "
-                    f"{info['fix']}")
+        extra = f" ({info['details']})" if info["details"] else ""
+        pytest.fail(f"{info['fix'] or 'horovodrun is missing: reinstall Horovod'}{extra}")
     return str(exe)
 
 

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 import torch
 
 from dltutor import data, models, speed, train
