@@ -14,24 +14,26 @@ _EXPORTS = {
     "fast_mode": "env", "pick": "env", "device": "env", "backend": "env",
     "seed_everything": "env", "data_dir": "env", "cache_dir": "env", "hardware_label": "env",
 }
-_SUBMODULES = {"env", "envcheck", "data", "models", "train", "dist", "launch", "memory",
-               "collectives", "viz", "cli", "engines"}
 
-
-def doctor(engines_too: bool = True):
-    """Print the environment table (see `dltutor.envcheck`) and return its rows."""
+def doctor(engines_too: bool = True) -> None:
+    """Print the environment table (rows marked `!!` say what to do); `dltutor.envcheck.collect()`
+    returns the rows themselves."""
     from dltutor.envcheck import doctor as _doctor
-    return _doctor(engines_too)
-
+    _doctor(engines_too)
 
 def __getattr__(name):
     if name in _EXPORTS:
         module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
         return getattr(module, name)
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
+    if not name.startswith("_"):
+        try:  # any submodule on first use: dltutor.data, dltutor.launch, ...
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
     raise AttributeError(f"module 'dltutor' has no attribute {name!r}")
 
-
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
+    import pkgutil
+    mods = {m.name for m in pkgutil.iter_modules(__path__)}
+    return sorted(set(globals()) | set(_EXPORTS) | mods)

@@ -22,7 +22,7 @@ import time
 
 from dltutor import data, dist, env, models, train
 
-TINY = {"epochs": 2, "batch_size": 64, "width": 8, "subset": 512, "workers": 0}
+TINY = {"epochs": 2, "batch_size": 64, "width": 8, "subset": 256, "workers": 0}
 
 
 def parse_args(argv=None):
