@@ -6,8 +6,16 @@ imported only when a name from them is first used, e.g. `dltutor.doctor()`.
 from __future__ import annotations
 
 import importlib
+import os
 
 __version__ = "0.1.0"
+
+# DeepSpeed's ops (cpu_adam, aio) are compiled once by the set-up into the course cache; every
+# process that imports dltutor (kernel, labs, the ranks they launch) looks for them there.
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(
+    os.environ.get("DLTUTOR_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dltutor"),
+    "torch_extensions"))
 
 # public name -> submodule that defines it
 _EXPORTS = {

@@ -44,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a("--fp16-allreduce", action="store_true", help="send gradients as float16")
     a("--use-adasum", action="store_true", help="Adasum instead of averaging (Horovod only)")
     a("--no-cuda", action="store_true", help="run on the CPU even when a GPU is visible")
+    a("--threads", type=int, default=0,
+      help="CPU threads per worker; 0 = share this node's cores evenly between its workers")
     a("--seed", type=int, default=42, help="seed of the model weights (data: seed + rank)")
     a("--tiny", action="store_true",
       help="CI preset: " + ", ".join(f"{k}={v}" for k, v in TINY.items()))
@@ -72,6 +74,12 @@ def parse_args(description: str, argv=None) -> argparse.Namespace:
     given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
     explicit = {act.dest for act in parser._actions if given & set(act.option_strings)}
     return apply_tiny(parser.parse_args(argv), explicit)
+
+
+def threads_for(args, local_workers: int) -> int:
+    """Threads per worker: --threads, else this node's cores split evenly among its workers."""
+    from dltutor.env import threads_per_rank
+    return args.threads if args.threads > 0 else threads_per_rank(local_workers)
 
 
 def pick_device(no_cuda: bool = False, local_rank: int = 0):

@@ -12,6 +12,8 @@ absorbs the cost of adding the numbers (the reduction), which a pure network mod
 | recursive doubling           | ⌈log2 N⌉·(alpha + D·beta), +2(alpha + D·beta)  |
 |                              |   when N is not a power of two                 |
 | tree (binomial reduce + bcast)| 2⌈log2 N⌉·(alpha + D·beta)                    |
+| pipelined double binary tree | ≈ 2⌈log2 N⌉·alpha + 2·D·beta (NCCL's tree; the |
+|                              |   pipeline fill is left out)                   |
 """
 from __future__ import annotations
 
@@ -45,12 +47,14 @@ def coefficients(algorithm: str, n: int, nbytes: float) -> tuple[float, float]:
     if algorithm == "tree":
         k = 2 * _log2ceil(n)
         return float(k), k * d
+    if algorithm == "tree_pipelined":
+        return 2.0 * _log2ceil(n), 2.0 * d
     if algorithm == "pingpong":  # one way: one message of D bytes
         return 1.0, d
     raise ValueError(f"unknown algorithm {algorithm!r}; one of {ALGORITHMS}")
 
 
-ALGORITHMS = ("ring", "reduce_bcast", "recursive_doubling", "tree")
+ALGORITHMS = ("ring", "reduce_bcast", "recursive_doubling", "tree", "tree_pipelined")
 
 
 def model_time(algorithm: str, n: int, nbytes, alpha: float, beta: float):
@@ -167,3 +171,8 @@ def winners(summary: dict) -> list[tuple[int, str, float]]:
         if r["bytes"] not in best or r["time_s"] < best[r["bytes"]][1]:
             best[r["bytes"]] = (r["algorithm"], r["time_s"])
     return [(d, a, t) for d, (a, t) in sorted(best.items())]
+
+
+def best_algorithm(n: int, nbytes: float, alpha: float, beta: float, algorithms=ALGORITHMS) -> str:
+    """The algorithm with the smallest modelled time for N = n ranks and D = nbytes."""
+    return min(algorithms, key=lambda a: model_time(a, n, nbytes, alpha, beta))

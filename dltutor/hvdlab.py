@@ -37,11 +37,12 @@ def lab_path(engine: str) -> Path:
 
 
 def benchmark_args(model="resnet50", batch_size=64, image_size=224, warmup=10,
-                   batches_per_iter=10, iters=10, no_cuda=False, extra=()) -> list[str]:
-    """The lab's command-line flags for these sizes."""
+                   batches_per_iter=10, iters=10, no_cuda=False, threads=0,
+                   extra=()) -> list[str]:
+    """The lab's command-line flags for these sizes (threads=0: share the cores)."""
     args = ["--model", model, "--batch-size", batch_size, "--image-size", image_size,
             "--num-warmup-batches", warmup, "--num-batches-per-iter", batches_per_iter,
-            "--num-iters", iters, *extra]
+            "--num-iters", iters, "--threads", threads, *extra]
     if no_cuda:
         args.append("--no-cuda")
     return [str(a) for a in args]

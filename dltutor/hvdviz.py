@@ -144,7 +144,7 @@ def plot_timeline(spans: list[Span], title: str = "Horovod timeline", max_tensor
     return ax
 
 
-def plot_phase_totals(totals: dict, title: str = "time per phase (summed over tensors)", ax=None):
+def plot_phase_totals(totals: dict, title: str = "ms per phase\n(summed over tensors)", ax=None):
     import matplotlib.pyplot as plt
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3))
@@ -175,7 +175,8 @@ def plot_rows(rows: list[dict], key: str, ylabel: str, title: str, ax=None, refe
     import matplotlib.pyplot as plt
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.4))
-    labels = [r["run"] for r in rows] + [r["run"].replace(" (", "\n(") for r in reference]
+    labels = [r["run"] for r in rows] + [r["run"].replace(": ", "\n").replace(" (", "\n(")
+                                         for r in reference]
     values = [r[key] for r in rows] + [r[key] for r in reference]
     bars = ax.bar(range(len(values)), values,
                   color=["tab:blue" if r.get("engine") == "horovod" else "tab:green"

@@ -169,3 +169,63 @@ class RingVisualizer:
 def ring_visualizer(n: int = 8, **kw):
     """Build and return the widget (a `RingVisualizer`; display it or its `.widget`)."""
     return RingVisualizer(n=n, **kw)
+
+
+# ---- plots of the measured sweep (summaries from dltutor.collectives.measure_allreduce) -------
+COLOURS = {"ring": "#1f77b4", "gloo": "#2ca02c", "reduce_bcast": "#d62728",
+           "recursive_doubling": "#9467bd", "tree": "#8c564b", "tree_pipelined": "#e377c2"}
+
+
+def _note(summary) -> str:
+    from dltutor.env import fast_mode
+    return f"{summary.get('hardware', '?')}{', fast mode' if fast_mode() else ''}"
+
+
+def plot_busbw(summaries: dict, ax=None):
+    """Bus bandwidth vs message size, one line per algorithm and rank count (summaries[N])."""
+    import matplotlib.pyplot as plt
+    from dltutor.costmodel import times_of
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4.3))
+    for (n, s), ls in zip(sorted(summaries.items()), ("-", "--", ":", "-.")):
+        for alg in sorted({r["algorithm"] for r in s["results"]}):
+            d, t = times_of(s, alg)
+            ax.plot(d, d / t * 2 * (n - 1) / n / 1e9, ls, marker="o", ms=4, color=COLOURS.get(alg),
+                    label=f"{alg}, N={n}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size D (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title(f"All-reduce bus bandwidth, measured ({_note(next(iter(summaries.values())))})")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    return ax
+
+
+def plot_model_vs_measured(summary: dict, alpha: float, beta: float, ax=None,
+                           algorithms=("ring", "reduce_bcast", "recursive_doubling")):
+    """Log-log time vs size: measured points and α-β model lines for each algorithm."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from dltutor.costmodel import model_time, times_of
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4.3))
+    n = summary["world_size"]
+    d_all = sorted({r["bytes"] for r in summary["results"]})
+    grid = np.logspace(np.log10(d_all[0]), np.log10(d_all[-1]), 60)
+    for alg in algorithms:
+        d, t = times_of(summary, alg)
+        if len(d):
+            ax.plot(d, t * 1e6, "o", color=COLOURS.get(alg), label=f"{alg} measured")
+        ax.plot(grid, model_time(alg, n, grid, alpha, beta) * 1e6, "-", color=COLOURS.get(alg),
+                alpha=0.7, label=f"{alg} model")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size D (bytes)")
+    ax.set_ylabel("time per all-reduce (µs)")
+    ax.set_title(f"α-β model vs measurement, N={n} ({_note(summary)}): "
+                 f"α = {alpha * 1e6:.1f} µs, 1/β = {1 / beta / 1e9 if beta else float('inf'):.2f} GB/s",
+                 fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    return ax

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dltutor import bertlab, memory
+from dltutor import bertlab, membudget, memory
 from dltutor.engines import engine_env
 from dltutor.launch import LaunchError, launch
 from dltutor.models import count_parameters
@@ -164,7 +164,7 @@ def test_budget_plain_ooms_zero3_fits(tmp_path):
         launch(str(LAB / "train_bert.py"), nproc=1, args=BUDGET_SIZE, env=env, echo=False,
                timeout=600, log_dir=tmp_path / "plain")
     text = str(exc.value) + (tmp_path / "plain" / "rank0.log").read_text()
-    assert memory.is_out_of_memory(text) and "OUT OF MEMORY during" in text, text[-2000:]
+    assert membudget.is_out_of_memory(text) and "OUT OF MEMORY during" in text, text[-2000:]
     z3 = launch(str(LAB / "train_bert_ds.py"), nproc=2, env=env, echo=False, timeout=600,
                 args=BUDGET_SIZE + ["--deepspeed_config", str(LAB / "configs" / "zero3.json")],
                 log_dir=tmp_path / "z3")

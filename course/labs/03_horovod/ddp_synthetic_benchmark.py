@@ -23,7 +23,6 @@ import torch.optim as optim
 from torch.nn.parallel import DistributedDataParallel as DDP  # DDP:
 
 from dltutor import benchmark, dist
-from dltutor.env import threads_per_rank
 
 args = benchmark.parse_args(__doc__)
 if args.use_adasum:
@@ -31,7 +30,7 @@ if args.use_adasum:
 
 ctx = dist.init()  # DDP: join the process group (rank, world size from torchrun/Slurm/PBS)
 info = dist.detect()
-torch.set_num_threads(threads_per_rank(info["local_world_size"]))  # DDP: share the cores
+torch.set_num_threads(benchmark.threads_for(args, info["local_world_size"]))  # DDP: cores/worker
 device = benchmark.pick_device(args.no_cuda, ctx.local_rank)  # DDP: one GPU per local rank
 if device.type == "cuda":
     torch.cuda.set_device(device)

@@ -25,12 +25,11 @@ import torch.optim as optim
 import horovod.torch as hvd  # Horovod:
 
 from dltutor import benchmark
-from dltutor.env import threads_per_rank
 
 args = benchmark.parse_args(__doc__)
 
 hvd.init()  # Horovod: start Horovod (rank, size, local_rank come from the launcher)
-torch.set_num_threads(threads_per_rank(hvd.local_size()))  # Horovod: share the cores per node
+torch.set_num_threads(benchmark.threads_for(args, hvd.local_size()))  # Horovod: cores per worker
 device = benchmark.pick_device(args.no_cuda, hvd.local_rank())  # Horovod: one GPU per local rank
 if device.type == "cuda":
     torch.cuda.set_device(device)

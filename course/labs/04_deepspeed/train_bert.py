@@ -14,7 +14,7 @@ Launch forms (each rank prints one `DLTUTOR_METRICS {json}` line at the end):
 import sys
 import time
 
-from dltutor import bertlab, dist, env, memory
+from dltutor import bertlab, dist, env, membudget, memory
 from dltutor.models_bert import build_bert, synthetic_mlm_batch
 
 
@@ -23,7 +23,7 @@ def main(argv=None):
     import torch
 
     ctx = dist.init()                                    # DDP: process group if launched so
-    budget = memory.apply_budget(args.mem_budget_mb)
+    budget = membudget.apply_budget(args.mem_budget_mb)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[
         bertlab.resolve_dtype(args)]
     env.seed_everything(args.seed, 0)                   # same initial weights on every rank
@@ -57,7 +57,7 @@ def main(argv=None):
             timed += step > 0
         elapsed = time.perf_counter() - t0 if t0 else float("nan")
     except (RuntimeError, MemoryError) as exc:
-        if memory.is_out_of_memory(exc):
+        if membudget.is_out_of_memory(exc):
             dist.rank_print(bertlab.oom_line(phase, exc))
         raise
     est = memory.estimate_zero_memory(n_params, k_l=torch.finfo(dtype).bits // 8, k_h=4,

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from dltutor import bertlab, dist, env, memory
+from dltutor import bertlab, dist, env, membudget, memory
 from dltutor.engines import engine_env
 from dltutor.models_bert import build_bert, synthetic_mlm_batch
 
@@ -35,7 +35,7 @@ def main(argv=None):
 
     ctx = dist.init()                                     # DeepSpeed: process group (gloo/nccl)
     deepspeed.init_distributed(dist_backend=env.backend())  # DeepSpeed: reuse it
-    budget = memory.apply_budget(args.mem_budget_mb)
+    budget = membudget.apply_budget(args.mem_budget_mb)
     dist.report(**run(args, cfg, ctx), budget_bytes=budget)
     dist.teardown()
 
@@ -87,7 +87,7 @@ def run(args, cfg, ctx) -> dict:
                                        client_state={"step": step + 1})
         elapsed = time.perf_counter() - t0 if t0 else float("nan")
     except (RuntimeError, MemoryError) as exc:
-        if memory.is_out_of_memory(exc):
+        if membudget.is_out_of_memory(exc):
             dist.rank_print(bertlab.oom_line(phase, exc))
         raise
     est = memory.estimate_zero_memory(n_params, k_l=torch.finfo(dtype).bits // 8, k_h=4,
