@@ -54,6 +54,10 @@ def parser(description: str, deepspeed: bool = False) -> argparse.ArgumentParser
         p.add_argument("--resume_tag", default=None, help="resume from this tag, not the latest")
         p.add_argument("--save_interval", type=int, default=0,
                        help="also save every N iterations (0: only at the end)")
+        p.add_argument("--ds_log_level", default="info",
+                       choices=("debug", "info", "warning", "error"),
+                       help="DeepSpeed's log level once training starts (info: its progress "
+                            "lines every steps_per_print steps)")
         p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)
     return p
 
@@ -113,7 +117,7 @@ def load_ds_config(path, args) -> dict:
     # "auto" buckets hold about one weight matrix: small models stay small, big ones stay fast
     for key, factor in (("reduce_bucket_size", 1), ("allgather_bucket_size", 1),
                         ("stage3_prefetch_bucket_size", 1), ("stage3_max_live_parameters", 2),
-                        ("sub_group_size", 2)):
+                        ("sub_group_size", 1)):
         if zero.get(key) == "auto":
             zero[key] = int(factor * largest)
     for key in ("offload_param", "offload_optimizer"):
@@ -143,15 +147,39 @@ def oom_line(phase: str, exc: BaseException) -> str:
 
 
 _DS_LOG = re.compile(r"(RunningAvgSamplesPerSec|CurrSamplesPerSec|MemAllocated|MaxMemAllocated"
-                     r"|loss_scale|lr)=\s*\[?([-\d.e+]+)")
+                     r"|loss_scale|skipped|lr)=\s*\[?([-\d.e+]+)")
+_STEP = re.compile(r"(?:global_step|(?<![_/\w])step)=(\d+)")
+_OVERFLOW = re.compile(r"OVERFLOW!.*?(?:loss scale:\s*(\d+), reducing to\s*(\d+))?\s*$")
 
 
 def parse_deepspeed_log(text: str) -> list[dict]:
-    """DeepSpeed's own progress lines (`steps_per_print`) as rows of numbers, one per step."""
-    rows = []
+    """DeepSpeed's own progress lines (`steps_per_print`) as rows of numbers, one per step.
+
+    The `step=` line (lr, skipped) and the throughput line of the same step (`global_step=`,
+    RunningAvgSamplesPerSec, CurrSamplesPerSec, MemAllocated, MaxMemAllocated in GB) become one
+    row; an fp16 `OVERFLOW! ... reducing to N` line before them sets `overflow` and
+    `loss_scale` (the new scale) on the step it skipped. When the step count starts again (a
+    log with several runs, e.g. sweep_zero.py), `run` counts up from 0.
+    """
+    rows, run, last, overflow = [], 0, 0, None
     for line in text.splitlines():
-        step = re.search(r"step=(\d+)", line)
+        ov = _OVERFLOW.search(line)
+        if ov:
+            overflow = float(ov.group(2)) if ov.group(2) else float("nan")
+            continue
+        step = _STEP.search(line)
         found = dict(_DS_LOG.findall(line))
-        if step and found:
-            rows.append({"step": int(step.group(1)), **{k: float(v) for k, v in found.items()}})
+        if not (step and found):
+            continue
+        n = int(step.group(1))
+        if n < last or (n == last and "global_step" not in line and rows
+                        and "lr" in rows[-1]):
+            run += 1                                   # the step count started again
+        last = n
+        if not rows or rows[-1]["step"] != n or rows[-1]["run"] != run:
+            rows.append({"run": run, "step": n})
+        rows[-1].update({k: float(v) for k, v in found.items()})
+        if overflow is not None:
+            rows[-1].update(overflow=True, loss_scale=overflow)
+            overflow = None
     return rows

@@ -36,12 +36,16 @@ def _flat(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.view(-1)
 
 
-def ring_allreduce(tensor: torch.Tensor, group=None) -> torch.Tensor:
+SEGMENT_BYTES = 1 << 20
+
+
+def ring_allreduce(tensor: torch.Tensor, group=None, segment_bytes: int = SEGMENT_BYTES) -> torch.Tensor:
     """Sum `tensor` over all ranks in place with a ring of isend/irecv; returns `tensor`.
 
     Step s of reduce-scatter: send chunk (r - s) to the right, receive chunk (r - s - 1) from the
     left and add it. Step s of all-gather: send chunk (r + 1 - s), receive chunk (r - s) in place.
-    Each rank sends 2(N-1) messages of about D/N bytes (see `dltutor.ringmodel`).
+    Each rank sends 2(N-1) chunks of about D/N bytes (see `dltutor.ringmodel`); a chunk longer
+    than `segment_bytes` goes as several messages, so the adding overlaps the receiving.
     """
     n, r = dist.get_world_size(group), dist.get_rank(group)
     if n == 1:
@@ -52,24 +56,27 @@ def ring_allreduce(tensor: torch.Tensor, group=None) -> torch.Tensor:
     if group is not None:  # isend/irecv take global ranks
         right, left = dist.get_global_rank(group, right), dist.get_global_rank(group, left)
     buf = torch.empty(bounds[0][1] - bounds[0][0], dtype=flat.dtype, device=flat.device)
+    seg = max(1, segment_bytes // flat.element_size())
 
-    def exchange(send_c, recv_c, into):
+    def segments(a, b):  # long chunks travel in pieces: adding piece k overlaps receiving k+1
+        return [(i, min(i + seg, b)) for i in range(a, b, seg)]
+
+    def step(send_c, recv_c, add):
         (s0, s1), (r0, r1) = bounds[send_c], bounds[recv_c]
-        reqs = []
-        if s1 > s0:  # empty chunks (length < N) are skipped by both sides
-            reqs.append(dist.isend(flat[s0:s1], right, group=group))
-        if r1 > r0:
-            target = buf[:r1 - r0] if into is None else flat[r0:r1]
-            reqs.append(dist.irecv(target, left, group=group))
-        for q in reqs:
+        sends = [dist.isend(flat[a:b], right, group=group) for a, b in segments(s0, s1)]
+        recvs = [(dist.irecv(buf[a - r0:b - r0] if add else flat[a:b], left, group=group), a, b)
+                 for a, b in segments(r0, r1)]  # empty chunks (length < N): no message at all
+        for q, a, b in recvs:
             q.wait()
-        return r0, r1
+            if add:
+                flat[a:b] += buf[a - r0:b - r0]
+        for q in sends:
+            q.wait()
 
     for s in range(n - 1):  # reduce-scatter
-        r0, r1 = exchange((r - s) % n, (r - s - 1) % n, None)
-        flat[r0:r1] += buf[:r1 - r0]
+        step((r - s) % n, (r - s - 1) % n, add=True)
     for s in range(n - 1):  # all-gather
-        exchange((r + 1 - s) % n, (r - s) % n, "in place")
+        step((r + 1 - s) % n, (r - s) % n, add=False)
     return tensor
 
 

@@ -181,24 +181,33 @@ def _note(summary) -> str:
     return f"{summary.get('hardware', '?')}{', fast mode' if fast_mode() else ''}"
 
 
+def _style(ax, ylabel: str) -> None:
+    from matplotlib.ticker import FuncFormatter, LogLocator
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=4))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt_bytes(x)))
+    ax.set_xlabel("message size D")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.figure.tight_layout()
+
+
 def plot_busbw(summaries: dict, ax=None):
     """Bus bandwidth vs message size, one line per algorithm and rank count (summaries[N])."""
     import matplotlib.pyplot as plt
     from dltutor.costmodel import times_of
     if ax is None:
-        _, ax = plt.subplots(figsize=(8, 4.3))
+        _, ax = plt.subplots(figsize=(9.5, 4.3))
     for (n, s), ls in zip(sorted(summaries.items()), ("-", "--", ":", "-.")):
         for alg in sorted({r["algorithm"] for r in s["results"]}):
             d, t = times_of(s, alg)
             ax.plot(d, d / t * 2 * (n - 1) / n / 1e9, ls, marker="o", ms=4, color=COLOURS.get(alg),
                     label=f"{alg}, N={n}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("message size D (bytes)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_title(f"All-reduce bus bandwidth, measured ({_note(next(iter(summaries.values())))})")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    ax.set_title(f"All-reduce bus bandwidth, measured ({_note(next(iter(summaries.values())))})",
+                 fontsize=10)
+    _style(ax, "bus bandwidth (GB/s)")
     return ax
 
 
@@ -209,7 +218,7 @@ def plot_model_vs_measured(summary: dict, alpha: float, beta: float, ax=None,
     import numpy as np
     from dltutor.costmodel import model_time, times_of
     if ax is None:
-        _, ax = plt.subplots(figsize=(8, 4.3))
+        _, ax = plt.subplots(figsize=(9.5, 4.3))
     n = summary["world_size"]
     d_all = sorted({r["bytes"] for r in summary["results"]})
     grid = np.logspace(np.log10(d_all[0]), np.log10(d_all[-1]), 60)
@@ -219,13 +228,8 @@ def plot_model_vs_measured(summary: dict, alpha: float, beta: float, ax=None,
             ax.plot(d, t * 1e6, "o", color=COLOURS.get(alg), label=f"{alg} measured")
         ax.plot(grid, model_time(alg, n, grid, alpha, beta) * 1e6, "-", color=COLOURS.get(alg),
                 alpha=0.7, label=f"{alg} model")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("message size D (bytes)")
-    ax.set_ylabel("time per all-reduce (µs)")
-    ax.set_title(f"α-β model vs measurement, N={n} ({_note(summary)}): "
+    ax.set_title(f"α-β model (lines) vs measured (dots), N={n} ({_note(summary)})\n"
                  f"α = {alpha * 1e6:.1f} µs, 1/β = {1 / beta / 1e9 if beta else float('inf'):.2f} GB/s",
                  fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    _style(ax, "time per all-reduce (µs)")
     return ax

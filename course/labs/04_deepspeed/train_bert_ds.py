@@ -44,6 +44,7 @@ def run(args, cfg, ctx) -> dict:
     """Build, (resume,) train `args.num_iterations` steps with `cfg`; return the metrics."""
     import deepspeed
     import torch
+    from deepspeed.utils.logging import set_log_level_from_string
     stage = cfg["zero_optimization"].get("stage", 0)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[
         bertlab.resolve_dtype(args)]
@@ -57,6 +58,8 @@ def run(args, cfg, ctx) -> dict:
         phase = "deepspeed.initialize"
         engine, _, _, _ = deepspeed.initialize(           # DeepSpeed: wraps model + optimizer
             model=model, model_parameters=model.parameters(), config=cfg)
+        # DeepSpeed: its step / RunningAvgSamplesPerSec / MemAllocated lines are INFO messages
+        set_log_level_from_string(args.ds_log_level)
         start = 0
         if args.resume:
             path, client = engine.load_checkpoint(args.checkpoint_dir, tag=args.resume_tag)

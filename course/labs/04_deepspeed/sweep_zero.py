@@ -1,0 +1,67 @@
+"""Train the same BERT with several DeepSpeed configs in ONE process group: ZeRO stages side by side.
+
+Each config runs through train_bert_ds.py's own `run()` (the code of the single-config lab), one
+after the other, and every rank prints one `DLTUTOR_METRICS {json}` line per config with
+`config=<name>`. Process start-up and DeepSpeed's import are paid once, so comparing five configs
+costs about one launch. No memory budget here: that is train_bert.py / train_bert_ds.py's job.
+
+Launch forms:
+  torchrun --nproc-per-node 2 sweep_zero.py --tiny                         (2 gloo/nccl ranks)
+  torchrun --nproc-per-node 2 sweep_zero.py --tiny --configs zero0,zero3
+  deepspeed --num_gpus 2 sweep_zero.py --num_layers 24 --configs zero0,zero1,zero2,zero3
+  srun -n 2 python sweep_zero.py --tiny                                     (Slurm)
+  python sweep_zero.py --tiny                                               (one process, d = 1)
+Configs are names of configs/*.json; NVMe offload needs --nvme_path (or $DLTUTOR_NVME_DIR).
+"""
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from dltutor import bertlab, dist, env
+from dltutor.engines import engine_env
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_CONFIGS = "zero0,zero1,zero2,zero3,zero3_offload_cpu"
+
+
+def lab_run():
+    """train_bert_ds.run, loaded from the file beside this one."""
+    spec = importlib.util.spec_from_file_location("train_bert_ds", HERE / "train_bert_ds.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.run
+
+
+def main(argv=None):
+    ours = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
+    ours.add_argument("--configs", default=DEFAULT_CONFIGS,
+                      help="comma-separated names of configs/*.json, run in this order")
+    mine, rest = ours.parse_known_args(argv)
+    if "-h" in rest or "--help" in rest:
+        ours.print_help()
+        print("\nAll other flags are train_bert_ds.py's (without --deepspeed_config):")
+    configs = [c.strip() for c in mine.configs.split(",") if c.strip()]
+    ap = bertlab.parser("sweep", deepspeed=True)
+    plans = []
+    for name in configs:                      # every config checked before any process group
+        args = bertlab.parse(ap, rest + ["--deepspeed_config", str(HERE / "configs" / f"{name}.json")])
+        try:
+            plans.append((name, args, bertlab.load_ds_config(args.deepspeed_config, args)))
+        except bertlab.ConfigError as exc:
+            ap.error(str(exc))
+    for key, value in engine_env().items():  # DeepSpeed: DS_ACCELERATOR, op cache
+        os.environ.setdefault(key, value)
+    import deepspeed  # DeepSpeed: imported after DS_ACCELERATOR is fixed
+
+    run = lab_run()
+    ctx = dist.init()                                       # DeepSpeed: one process group...
+    deepspeed.init_distributed(dist_backend=env.backend())  # DeepSpeed: ...for every config
+    for name, args, cfg in plans:
+        dist.report(config=name, **run(args, cfg, ctx))
+    dist.teardown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
