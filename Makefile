@@ -11,6 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 0
 TOKEN ?= $(shell python3 -c "import secrets; print(secrets.token_hex(16))")
 PYTEST_ARGS ?=
+ROOTFLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: setup setup-test lab test bench doctor clean-notebooks
 
@@ -24,9 +25,9 @@ lab: setup
 ifeq ($(HEADLESS),1)
 	@echo "JupyterLab (headless) on $(HOST); open the URL printed below (token: $(TOKEN))"
 	$(VENV)/bin/jupyter lab --no-browser --ip=$(HOST) --port=$(PORT) \
-	  --IdentityProvider.token=$(TOKEN) --ServerApp.root_dir=course
+	  --IdentityProvider.token=$(TOKEN) --ServerApp.root_dir=course $(ROOTFLAG)
 else
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=course
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=course $(ROOTFLAG)
 endif
 
 test: setup-test

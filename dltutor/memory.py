@@ -276,7 +276,8 @@ def deepspeed_estimates(model=None, total_params=None, largest_layer_params=None
         else:
             exact = mod.estimate_zero2_model_states_mem_needs(total_params, cpu_offload=offload,
                                                               **kw)
-        rows.append(dict(options=m.group(3).strip(), per_cpu_gb=float(m.group(1)),
+        rows.append(dict(options=m.group(3).strip().replace("OffloadDeviceEnum.", ""),
+                         per_cpu_gb=float(m.group(1)),
                          per_gpu_gb=float(m.group(2)), per_cpu_bytes=int(exact[0]),
                          per_gpu_bytes=int(exact[1]), text=line.strip()))
     return rows

@@ -49,7 +49,7 @@ def plot_memory_stack(estimates, device_bytes=None, title: str = "Memory per dev
                 fontweight="bold", color="darkgreen" if fits else "darkred")
     if device_bytes:
         ax.axhline(device_bytes / unit, color="red", ls="--", lw=1.5,
-                   label=f"{device_label}: {device_bytes / unit:,.0f}")
+                   label=f"{device_label}: {device_bytes / unit:,.0f} (totals: red = too big)")
     ax.set_ylim(0, top * 1.15)
     ax.set_ylabel(f"bytes per device, {unit_name}")
     ax.legend(fontsize=8, loc="upper right")
@@ -59,11 +59,12 @@ def plot_memory_stack(estimates, device_bytes=None, title: str = "Memory per dev
     return _finish(fig, path)
 
 
-def plot_predicted_vs_measured(rows, title: str = "Model-state memory per rank", path=None):
+def plot_predicted_vs_measured(rows, title: str = "Model-state memory per rank", budget_mib=None,
+                               path=None):
     """Grouped bars per config: the formula's M_m+M_o+M_g vs the bytes the rank really held.
 
     The measured bar is split into parameters / gradients / optimizer tensors; the ratio
-    measured/predicted is written above each pair.
+    measured/predicted is written above each pair; `budget_mib` draws the budget as a line.
     """
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * len(rows) + 2), 4.8))
@@ -78,16 +79,19 @@ def plot_predicted_vs_measured(rows, title: str = "Model-state memory per rank",
         vals = [r.get(key) or 0 for r in rows]
         ax.bar([i + w / 2 for i in x], vals, w, bottom=bottom, color=color, label=text)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    top = max([r["predicted"] for r in rows] + bottom + [1])
+    top = max([r["predicted"] for r in rows] + bottom + [budget_mib or 1])
+    if budget_mib:
+        ax.axhline(budget_mib, color="red", ls="--", lw=1.5,
+                   label=f"budget: {budget_mib:g} MiB per process (all it allocates)")
     for i, r in enumerate(rows):
         if r.get("ratio"):
             ax.text(i, max(r["predicted"], bottom[i]) + 0.02 * top, f"{r['ratio']:.2f}x",
                     ha="center", fontsize=9)
     ax.set_xticks(x, [f"{r['label']}\n{r['ranks']} rank{'s' * (r['ranks'] > 1)}" for r in rows],
                   fontsize=8)
-    ax.set_ylim(0, top * 1.18)
+    ax.set_ylim(0, top * 1.45)
     ax.set_ylabel("MiB per rank (rank 0)")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper center", ncol=2)
     ax.grid(axis="y", alpha=0.3)
     ax.set_title(f"{title}: predicted vs measured {labels()}", fontsize=10)
     return _finish(fig, path)

@@ -42,7 +42,8 @@ def jupyterlab(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
          "--port-retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
-         "--LabApp.expose_app_in_browser=True", "--ServerApp.disable_check_xsrf=True"],
+         "--LabApp.expose_app_in_browser=True", "--ServerApp.disable_check_xsrf=True"]
+        + (["--allow-root"] if os.geteuid() == 0 else []),
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -57,11 +58,15 @@ def jupyterlab(tmp_path):
                 time.sleep(0.5)
         yield url, token
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=20)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
         log.close()
 
 
