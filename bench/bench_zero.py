@@ -1,55 +1,59 @@
 """ZeRO in one run: per-rank model-state memory of stage 3 over 2 ranks vs stage 0, and the
 samples/s of every stage and offload mode relative to stage 0.
 
-    .venv/bin/python bench/bench_zero.py [--num_layers 8 --h_dim 128 ...]   (flags of the lab)
+    .venv/bin/python bench/bench_zero.py                    (fp32, the default size below)
+    .venv/bin/python bench/bench_zero.py --dtype fp16       (any lab flag overrides the default)
+    .venv/bin/python bench/bench_zero.py --dtype bf16 --num_layers 12
 
-Each row is a launch of course/labs/04_deepspeed/train_bert_ds.py (2 ranks; NVMe offload on 1
-rank with a scratch dir under the system temp dir). Memory is the model-state bytes the lab
-measured (parameters + gradients + optimizer tensors held per rank); goal: stage 3 <= 1.2 x 1/2
-of stage 0. Speeds are ratios to stage 0 measured side by side on this machine.
+Two launches: course/labs/04_deepspeed/sweep_zero.py runs stages 0-3 and stage 3 + CPU offload
+one after the other in one 2-rank process group; train_bert_ds.py runs ZeRO-Infinity NVMe
+offload on 1 rank (scratch dir under the system temp dir). Memory is the model-state bytes the
+lab measured (parameters + gradients + optimizer tensors held by rank 0); goal: stage 3 <= 1.2 x
+1/2 of stage 0. Speeds (samples/s of all ranks together) are ratios to stage 0 measured side by
+side on this machine, in the same run.
 """
 import sys
 import tempfile
-from pathlib import Path
 
-from dltutor.engines import engine_env
-from dltutor.launch import launch
+from dltutor import env, zerorun
 
-ROOT = Path(__file__).resolve().parents[1]
-LAB = ROOT / "course" / "labs" / "04_deepspeed"
-DEFAULT = ["--dtype", "fp32", "--num_layers", "8", "--h_dim", "128", "--ff_dim", "512",
-           "--vocab", "128", "--seq_len", "32", "--batch_size", "4", "--num_iterations", "6"]
-RUNS = [("zero0", 2), ("zero1", 2), ("zero2", 2), ("zero3", 2), ("zero3_offload_cpu", 2),
-        ("zero3_offload_nvme", 1)]
+# h_dim 512: every weight matrix is >= 1 MiB, the aio block size below which DeepSpeed keeps a
+# tensor in RAM instead of swapping it to NVMe (smaller models would not go out of core at all)
+DEFAULT = ["--dtype", "fp32", "--num_layers", "6", "--h_dim", "512", "--ff_dim", "2048",
+           "--vocab", "512", "--seq_len", "32", "--batch_size", "4", "--num_iterations", "5"]
+SWEEP = ["zero0", "zero1", "zero2", "zero3", "zero3_offload_cpu"]
+
+
+def _sizes(argv):
+    flags = DEFAULT + list(argv)                     # later flags win, as in argparse
+    return {flags[i].lstrip("-"): flags[i + 1] for i in range(0, len(flags) - 1, 2)}
 
 
 def main(argv):
-    size = argv or DEFAULT
-    rows = {}
+    sizes = _sizes(argv)
+    rows = []
+    try:
+        rows, _ = zerorun.sweep(SWEEP, 2, sizes, timeout=1800)
+    except Exception as exc:  # one mode failing must not hide the others' figures
+        print(f"sweep FAILED: {str(exc).splitlines()[0]}")
     with tempfile.TemporaryDirectory(prefix="dltutor-nvme-") as scratch:
-        for name, nproc in RUNS:
-            args = size + ["--deepspeed_config", str(LAB / "configs" / f"{name}.json")]
-            if "nvme" in name:
-                args += ["--nvme_path", scratch]
-            try:
-                res = launch(str(LAB / "train_bert_ds.py"), nproc=nproc, args=args,
-                             env=engine_env(), echo=False, timeout=1800)
-            except Exception as exc:  # one mode failing must not hide the others' figures
-                print(f"{name:20s} FAILED: {str(exc).splitlines()[0]}")
-                continue
-            m = res.metrics[0]
-            rows[name] = dict(ranks=nproc, state=m["model_state_bytes"]["total"],
-                              pred=m["predicted"]["model_states"], sps=m["samples_per_s"])
-    base = rows.get("zero0")
+        try:
+            rows.append(zerorun.run_config("zero3_offload_nvme", 1, sizes, nvme_dir=scratch,
+                                           timeout=1800)[0])
+        except Exception as exc:
+            print(f"zero3_offload_nvme FAILED: {str(exc).splitlines()[0]}")
+    zerorun.with_speed_ratio(rows)
+    print(f"sizes {sizes}  [{env.hardware_label()}]")
     print(f"{'config':20s} ranks  model-state MiB/rank  formula MiB  vs stage0  samples/s  "
           "speed vs stage0")
-    for name, r in rows.items():
-        rel_mem = r["state"] / base["state"] if base else float("nan")
-        rel_sps = r["sps"] / base["sps"] if base else float("nan")
-        print(f"{name:20s} {r['ranks']:5d}  {r['state'] / 2**20:19.2f}  {r['pred'] / 2**20:11.2f}"
-              f"  {rel_mem:8.3f}  {r['sps']:9.2f}  {rel_sps:15.3f}")
-    if base and "zero3" in rows:
-        ratio = rows["zero3"]["state"] / base["state"]
+    for r in rows:
+        mem = r["memory_vs_stage0"] if r["memory_vs_stage0"] is not None else float("nan")
+        spd = r["speed_vs_stage0"] if r["speed_vs_stage0"] is not None else float("nan")
+        print(f"{r['config']:20s} {r['ranks']:5d}  {r['measured']:19.2f}  {r['predicted']:11.2f}"
+              f"  {mem:8.3f}  {r['samples_per_s'] or float('nan'):9.2f}  {spd:15.3f}")
+    by = {r["config"]: r for r in rows}
+    if "zero0" in by and "zero3" in by:
+        ratio = by["zero3"]["measured"] / by["zero0"]["measured"]
         print(f"stage 3 over 2 ranks holds {ratio:.3f} x stage 0's model states per rank "
               f"(goal <= {1.2 * 0.5:.2f}): {'MET' if ratio <= 0.6 else 'NOT MET'}")
     return 0

@@ -35,7 +35,8 @@ _RANK_VARS = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM
 
 # What a rank says when it only died because another rank vanished from a collective.
 _PEER_LOST = re.compile(r"closed by peer|reset by peer|remote worker|Broken pipe|"
-                        r"communicator was aborted|DistNetworkError|timed out|Timeout", re.I)
+                        r"communicator was aborted|DistNetworkError|timed out|Timeout|"
+                        r"Horovod has been shut down", re.I)
 
 
 def lost_peer(log_tail: str) -> bool:

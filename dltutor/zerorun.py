@@ -1,12 +1,13 @@
 """Inside the kernel: launch the DeepSpeed labs of course/labs/04_deepspeed and turn what they
 report into rows (one per config) that notebook 04 prints and plots.
 
-    rows = sweep(["zero0", "zero3"], nproc=2, sizes=dict(num_layers=2, h_dim=64))
-    oom = run_plain_under_budget(sizes, budget_mb=320)     # never raises: the OOM is the result
+    rows, result = sweep(["zero0", "zero3"], nproc=2, sizes=dict(num_layers=2, h_dim=64))
+    oom = run_plain_under_budget(sizes, budget_mb=320)   # never raises: the OOM is the result
 
 Memory in a row is per rank (rank 0), in MiB: `params_MiB` / `grads_MiB` / `optimizer_MiB` /
-`measured` are the model-state bytes the rank really held (dltutor.memory.ModelStateMeter), `predicted` the formula's
-M_m + M_o + M_g for the same stage and d; `peak_rss` the process high-water mark.
+`measured` are the model-state bytes the rank really held (dltutor.memory.ModelStateMeter),
+`predicted` the formula's M_m + M_o + M_g for the same stage and d; `peak_rss` the process
+high-water mark.
 """
 from __future__ import annotations
 

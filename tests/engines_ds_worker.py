@@ -8,6 +8,7 @@ and whether this rank's parameters equal rank 0's (compared through an all-gathe
 """
 import json
 import os
+import sys
 
 import torch
 import deepspeed
@@ -48,9 +49,11 @@ everyone = [torch.zeros_like(flat) for _ in range(world)]
 ds_dist.all_gather(everyone, flat)
 same = all(torch.equal(everyone[0], other) for other in everyone)
 basic = getattr(optimizer, "optimizer", optimizer)
-print("DS_RESULT " + json.dumps({
+# one write per line: two ranks share the launcher's stdout, and a write below PIPE_BUF is atomic
+sys.stdout.write("DS_RESULT " + json.dumps({
     "rank": rank, "world": world, "losses": losses, "checksum": float(flat.double().sum()),
     "params_equal_rank0": same, "optimizer": type(basic).__name__,
     "zero_stage": engine.zero_optimization_stage(),
-    "accelerator": os.environ.get("DS_ACCELERATOR")}), flush=True)
+    "accelerator": os.environ.get("DS_ACCELERATOR")}) + "\n")
+sys.stdout.flush()
 ds_dist.destroy_process_group()

@@ -31,7 +31,7 @@ def _horovodrun() -> str:
 @pytest.fixture(scope="module")
 def horovod_installed():
     """Every Horovod test uses this: no Horovod -> the test FAILS with the fix, never skips."""
-    probe = subprocess.run([sys.executable, "-c", "import horovod.torch as h; print(h.__version__)"],
+    probe = subprocess.run([sys.executable, "-c", "import horovod, horovod.torch; print(horovod.__version__)"],
                            capture_output=True, text=True, timeout=300)
     if probe.returncode != 0 or not Path(_horovodrun()).exists():
         pytest.fail("Horovod (PyTorch + Gloo) is not installed in this environment: run "

@@ -14,14 +14,16 @@ from dltutor import bertlab, membudget, memory, memviz, zerorun
 matplotlib.use("Agg")
 LAB = Path(__file__).resolve().parents[1] / "course" / "labs" / "04_deepspeed"
 
-SEED_LIKE_LOG = """\
-[2026-01-01 10:00:00,1] [INFO] [logging.py:128:log_dist] [Rank 0] step=1, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]
-[INFO] [loss_scaler.py:190:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768
-[Rank 0] step=2, skipped=1, lr=[0.0001], mom=[(0.9, 0.999)]
-[INFO] [timer.py:264:stop] epoch=0/micro_step=2/global_step=2, RunningAvgSamplesPerSec=1.9, CurrSamplesPerSec=2.0, MemAllocated=10.3GB, MaxMemAllocated=13.8GB
-a line with step=7 but nothing DeepSpeed prints
-[Rank 0] step=1, skipped=0, lr=[0.001], mom=[(0.9, 0.999)]
-"""
+SEED_LIKE_LOG = "\n".join([
+    "[2026-01-01 10:00:00,1] [INFO] [logging.py:128:log_dist] [Rank 0] step=1, skipped=0, "
+    "lr=[0.0001], mom=[(0.9, 0.999)]",
+    "[INFO] [loss_scaler.py:190:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. "
+    "Attempted loss scale: 65536, reducing to 32768",
+    "[Rank 0] step=2, skipped=1, lr=[0.0001], mom=[(0.9, 0.999)]",
+    "[INFO] [timer.py:264:stop] epoch=0/micro_step=2/global_step=2, RunningAvgSamplesPerSec=1.9, "
+    "CurrSamplesPerSec=2.0, MemAllocated=10.3GB, MaxMemAllocated=13.8GB",
+    "a line with step=7 but nothing DeepSpeed prints",
+    "[Rank 0] step=1, skipped=0, lr=[0.001], mom=[(0.9, 0.999)]"])
 
 
 def test_parse_deepspeed_log_merges_steps_marks_overflow_and_splits_runs():
@@ -51,7 +53,8 @@ def test_rows_ratios_and_oom_lines():
     assert z3["ratio"] == pytest.approx(1.1) and z3["speed_vs_stage0"] == pytest.approx(0.4)
     assert z3["memory_vs_stage0"] == pytest.approx(11 / 16) and z3["peak_rss"] == 3
     log = ("loading\nOUT OF MEMORY during iteration 0 (Adam step): RuntimeError: x\n"
-           "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 8\nok\n")
+           "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 8\n"
+           "ok\n")
     assert len(zerorun.allocator_lines(log)) == 2
     assert membudget.is_out_of_memory("CUDA out of memory. Tried to allocate 2.00 GiB")
     assert not membudget.is_out_of_memory("loss 3.2, all good")
@@ -62,7 +65,7 @@ def test_plots_show_every_term_the_capacity_and_honest_labels(monkeypatch):
     est = memory.estimate_all_stages(10**9, d=4, k_l=2, k_h=4, s=128, b=1, h=1024, L=4, a=16)
     fig = memviz.plot_memory_stack(est, device_bytes=8 * memory.GiB)
     ax = fig.axes[0]
-    assert len(ax.containers) == 4 and all(len(c) == 4 for c in ax.containers)  # 4 terms x 4
+    assert len(ax.containers) == 4 and all(len(c) == 4 for c in ax.containers)  # terms x stages
     stage0_total = sum(c[0].get_height() for c in ax.containers)
     assert stage0_total == pytest.approx(est[0].total / memory.GiB)
     assert any(ln.get_ydata()[0] == 8 for ln in ax.get_lines())       # the capacity line

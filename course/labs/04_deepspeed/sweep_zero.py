@@ -1,4 +1,4 @@
-"""Train the same BERT with several DeepSpeed configs in ONE process group: ZeRO stages side by side.
+"""Train the same BERT with several DeepSpeed configs in ONE process group: stages side by side.
 
 Each config runs through train_bert_ds.py's own `run()` (the code of the single-config lab), one
 after the other, and every rank prints one `DLTUTOR_METRICS {json}` line per config with
@@ -46,7 +46,8 @@ def main(argv=None):
     ap = bertlab.parser("sweep", deepspeed=True)
     plans = []
     for name in configs:                      # every config checked before any process group
-        args = bertlab.parse(ap, rest + ["--deepspeed_config", str(HERE / "configs" / f"{name}.json")])
+        config = HERE / "configs" / f"{name}.json"
+        args = bertlab.parse(ap, rest + ["--deepspeed_config", str(config)])
         try:
             plans.append((name, args, bertlab.load_ds_config(args.deepspeed_config, args)))
         except bertlab.ConfigError as exc:
