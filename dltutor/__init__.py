@@ -12,10 +12,9 @@ __version__ = "0.1.0"
 
 # DeepSpeed's ops (cpu_adam, aio) are compiled once by the set-up into the course cache; every
 # process that imports dltutor (kernel, labs, the ranks they launch) looks for them there.
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(
-    os.environ.get("DLTUTOR_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dltutor"),
-    "torch_extensions"))
+from dltutor.env import extensions_dir as _extensions_dir  # noqa: E402 (light: os, pathlib)
+
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(_extensions_dir()))
 
 # public name -> submodule that defines it
 _EXPORTS = {

@@ -29,9 +29,9 @@ def _cuda_available() -> bool:
 
 
 def extensions_dir() -> Path:
-    """Where DeepSpeed's JIT-compiled ops live: TORCH_EXTENSIONS_DIR, else <cache>/torch_extensions."""
-    from dltutor.env import cache_dir
-    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cache_dir() / "torch_extensions")
+    """Where DeepSpeed's JIT-compiled ops live (see `dltutor.env.extensions_dir`)."""
+    from dltutor.env import extensions_dir as _dir
+    return _dir()
 
 
 def engine_env(nthreads: int | None = None) -> dict[str, str]:

@@ -78,3 +78,15 @@ def cpu_cores() -> int:
 def threads_per_rank(nproc: int) -> int:
     """Intra-op threads for each of `nproc` ranks so they do not oversubscribe the cores."""
     return max(1, cpu_cores() // max(1, int(nproc)))
+
+
+def extensions_dir() -> Path:
+    """Where DeepSpeed's JIT-compiled ops live: TORCH_EXTENSIONS_DIR, else one folder per Python
+    environment under `<cache>/torch_extensions` (a build records the environment's paths, so two
+    environments sharing one folder would rebuild each other's ops)."""
+    import hashlib
+    import sys
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    tag = hashlib.sha1(os.path.realpath(sys.prefix).encode()).hexdigest()[:10]
+    return cache_dir() / "torch_extensions" / f"env-{tag}"

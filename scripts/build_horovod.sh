@@ -50,6 +50,13 @@ print("[build_horovod] horovod", __import__("horovod").__version__,
 EOF
 }
 
+installed=$("$PY" -c 'from importlib.metadata import version; print(version("horovod"))' 2>/dev/null || true)
+if [ "$installed" = "$HVD_VERSION+$LOCAL" ] && [ "${DLTUTOR_HOROVOD_REBUILD:-0}" != 1 ] \
+        && "$PY" -c 'import horovod.torch' 2>/dev/null; then
+    say "horovod $installed already installed, nothing to do"
+    exit 0
+fi
+
 mkdir -p "$WHEELS"
 shopt -s nullglob
 cached=("$WHEELS"/horovod-"$HVD_VERSION"+"$LOCAL"-"$PYTAG"-"$PYTAG"-*.whl)

@@ -5,7 +5,7 @@
     .venv/bin/python scripts/warm_deepspeed.py --list
 
 DeepSpeed compiles its ops with torch.utils.cpp_extension the first time they are used, into
-TORCH_EXTENSIONS_DIR. We point that at `<cache>/torch_extensions` (cache = DLTUTOR_CACHE, default
+TORCH_EXTENSIONS_DIR. We point that at `<cache>/torch_extensions/env-<hash of this venv>` (cache = DLTUTOR_CACHE, default
 ~/.cache/dltutor), the same place `dltutor.engines.engine_env()` gives labs and tests, so the
 first run compiles and every later run only loads (about a second).
 
@@ -37,9 +37,8 @@ DEFAULT_OPS = ["cpu_adam", "deepspeed_shm_comm", "async_io"]
 
 def setup_env() -> Path:
     """Set DS_ACCELERATOR and TORCH_EXTENSIONS_DIR before DeepSpeed is imported."""
-    cache = Path(os.environ.get("DLTUTOR_CACHE") or Path(
-        os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dltutor")
-    ext = Path(os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache / "torch_extensions")))
+    from dltutor.env import extensions_dir  # one folder per Python environment
+    ext = Path(os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir())))
     ext.mkdir(parents=True, exist_ok=True)
     if "DS_ACCELERATOR" not in os.environ:
         import torch
