@@ -158,6 +158,9 @@ def test_interrupt_streams_live_then_kills_everything(tmp_path, tag, monkeypatch
     # The interrupt is sent only after a rank's line has reached the "cell": so output is live.
     stream = _Stream("[rank 0] line 1 from rank 0")
     monkeypatch.setattr(sys, "stdout", stream)
+    # A kernel turns SIGINT into KeyboardInterrupt; a test run started in the background of a
+    # non-interactive shell inherits SIGINT ignored, so install the kernel's behaviour here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     counted = []
 
     def press_stop():
@@ -169,6 +172,7 @@ def test_interrupt_streams_live_then_kills_everything(tmp_path, tag, monkeypatch
     with pytest.raises(KeyboardInterrupt):
         L.launch(LIGHT, nproc=2, args=["--mode", "hang", "--rank", "0"], log_dir=tmp_path / "run",
                  env={"TEST_TAG": tag}, timeout=240)
+    signal.signal(signal.SIGINT, previous)
     assert counted and counted[0] >= 2                     # launcher + ranks were running
 
 
