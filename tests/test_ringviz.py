@@ -1,7 +1,7 @@
 """dltutor.ringviz: the ring all-reduce widget steps, relabels and models time (no browser)."""
 import pytest
 
-pytest.importorskip("ipywidgets")
+import ipywidgets  # noqa: F401  (installed by the set-up: a missing widget library must fail)
 
 from dltutor import costmodel as cm
 from dltutor.ringviz import RingVisualizer, cell_colour, grid_html
