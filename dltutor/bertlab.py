@@ -74,6 +74,13 @@ def parse(p: argparse.ArgumentParser, argv=None):
     return args
 
 
+def rank_batch(args, ctx, step: int, device):
+    """This rank's synthetic masked-LM batch for `step`: every rank draws its own (its data shard)."""
+    from dltutor.models_bert import synthetic_mlm_batch
+    return synthetic_mlm_batch(args.batch_size, args.seq_len, args.vocab,
+                               step=step * ctx.world_size + ctx.rank, seed=args.seed, device=device)
+
+
 def resolve_dtype(args) -> str:
     """--dtype auto -> fp16 when CUDA is visible (the seed's runs), fp32 on CPU."""
     if args.dtype == "auto":

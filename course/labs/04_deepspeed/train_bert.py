@@ -15,7 +15,7 @@ import sys
 import time
 
 from dltutor import bertlab, dist, env, membudget, memory
-from dltutor.models_bert import build_bert, synthetic_mlm_batch
+from dltutor.models_bert import build_bert
 
 
 def main(argv=None):
@@ -41,9 +41,7 @@ def main(argv=None):
             phase = f"iteration {step} (forward/backward)"
             if step == 1:
                 t0 = time.perf_counter()
-            tokens, labels = synthetic_mlm_batch(args.batch_size, args.seq_len, args.vocab,
-                                                 step=step * ctx.world_size + ctx.rank,
-                                                 seed=args.seed, device=ctx.device)
+            tokens, labels = bertlab.rank_batch(args, ctx, step, ctx.device)
             if step == args.measure_iter:
                 meter.arm()
             opt.zero_grad(set_to_none=True)

@@ -19,7 +19,7 @@ import time
 
 from dltutor import bertlab, dist, env, membudget, memory
 from dltutor.engines import engine_env
-from dltutor.models_bert import build_bert, synthetic_mlm_batch
+from dltutor.models_bert import build_bert
 
 
 def main(argv=None):
@@ -72,9 +72,7 @@ def run(args, cfg, ctx) -> dict:
             phase = f"iteration {step}"
             if step == start + 1:
                 t0 = time.perf_counter()
-            tokens, labels = synthetic_mlm_batch(args.batch_size, args.seq_len, args.vocab,
-                                                 step=step * ctx.world_size + ctx.rank,
-                                                 seed=args.seed, device=engine.device)
+            tokens, labels = bertlab.rank_batch(args, ctx, step, engine.device)
             if step == args.measure_iter:
                 meter.arm()
             loss = engine(tokens, labels)
