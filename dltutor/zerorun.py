@@ -123,3 +123,16 @@ def with_speed_ratio(rows: list[dict], base: str = "zero0") -> list[dict]:
                                 if ref and r["samples_per_s"] and ref["samples_per_s"] else None)
         r["memory_vs_stage0"] = r["measured"] / ref["measured"] if ref and ref["measured"] else None
     return rows
+
+
+def budget_rows(oom: dict, runs) -> list[dict]:
+    """One row per run under the memory budget: the plain run (from `run_plain_under_budget`), then
+    each `(name, row)` of `runs` (rows from `run_config`), with formula vs held model-state MiB."""
+    params = next((r["params"] for _, r in runs if "params" in r), None)
+    rows = [dict(run="plain PyTorch, 1 process", ranks=1,
+                 result="OUT OF MEMORY" if oom["oom"] else "trained",
+                 formula_MiB=round(16 * params / 2**20) if params else "-", held_MiB="-")]
+    for name, r in runs:
+        rows.append(dict(run=name, ranks=r["ranks"], result="trained",
+                         formula_MiB=round(r["predicted"]), held_MiB=round(r["measured"])))
+    return rows

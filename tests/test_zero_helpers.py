@@ -89,3 +89,12 @@ def test_sweep_lab_rejects_an_unknown_config_before_starting():
     finally:
         sys.argv = old
     assert exc.value.code == 2 and "nope.json" in err.getvalue() and "not found" in err.getvalue()
+
+
+def test_budget_rows_put_the_plain_run_first_with_its_formula():
+    from dltutor import zerorun
+    z3 = dict(ranks=2, params=1 << 20, predicted=9.6, measured=10.2)
+    rows = zerorun.budget_rows({"oom": True}, [("ZeRO-3, 2 ranks", z3)])
+    assert rows[0] == dict(run="plain PyTorch, 1 process", ranks=1, result="OUT OF MEMORY",
+                           formula_MiB=16, held_MiB="-")
+    assert rows[1] == dict(run="ZeRO-3, 2 ranks", ranks=2, result="trained", formula_MiB=10, held_MiB=10)
