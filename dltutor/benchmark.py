@@ -82,6 +82,44 @@ def threads_for(args, local_workers: int) -> int:
     return args.threads if args.threads > 0 else threads_per_rank(local_workers)
 
 
+# Horovod on CPU workers: each worker owns one core, so Horovod's background thread has no core of
+# its own. With Horovod's default 1 ms cycle it wakes (and negotiates with every other worker)
+# 1000 times a second, taking time from the compute; bench/bench_horovod_vs_ddp.py measures
+# Horovod's defaults and these side by side. GPUs keep Horovod's defaults (their compute is not on
+# the cores). A value already in the environment always wins.
+HOROVOD_DEFAULTS = {"HOROVOD_CYCLE_TIME": "1", "HOROVOD_FUSION_THRESHOLD": str(128 * 2**20)}
+HOROVOD_CPU_SETTINGS = {"HOROVOD_CYCLE_TIME": "50", "HOROVOD_FUSION_THRESHOLD": str(32 * 2**20)}
+
+
+def horovod_cpu_settings(on_cpu: bool, environ=None) -> dict:
+    """Before hvd.init(): on CPU workers, set HOROVOD_CPU_SETTINGS where the environment is silent.
+
+    Returns the cycle time (ms) and fusion threshold (bytes) Horovod will use, and where each came
+    from ('environment', 'course CPU setting' or 'Horovod default'), for the lab to print.
+    """
+    import os
+    environ = os.environ if environ is None else environ
+    used = {}
+    for key, default in HOROVOD_DEFAULTS.items():
+        if key in environ:
+            source = "environment"
+        elif on_cpu:
+            environ[key], source = HOROVOD_CPU_SETTINGS[key], "course CPU setting"
+        else:
+            source = "Horovod default"
+        used[key] = (float(environ.get(key, default)), source)
+    return {"cycle_time_ms": used["HOROVOD_CYCLE_TIME"][0],
+            "fusion_threshold_bytes": int(used["HOROVOD_FUSION_THRESHOLD"][0]),
+            "sources": {k: v[1] for k, v in used.items()}}
+
+
+def horovod_settings_line(s: dict) -> str:
+    src = s["sources"]
+    return (f"Horovod: HOROVOD_CYCLE_TIME={s['cycle_time_ms']:g} ms ({src['HOROVOD_CYCLE_TIME']}), "
+            f"HOROVOD_FUSION_THRESHOLD={s['fusion_threshold_bytes'] / 2**20:g} MiB "
+            f"({src['HOROVOD_FUSION_THRESHOLD']})")
+
+
 def pick_device(no_cuda: bool = False, local_rank: int = 0):
     """`cuda:<local_rank>` when a GPU is visible and allowed, else the CPU."""
     import torch

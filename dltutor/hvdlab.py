@@ -60,6 +60,8 @@ def row_from_result(engine: str, nproc: int, result, label: str | None = None) -
             "device": metrics[0]["device"], "model": metrics[0]["model"],
             "batch_size": metrics[0]["batch_size"], "image_size": metrics[0]["image_size"],
             "threads": metrics[0]["threads"],
+            "cycle_time_ms": metrics[0].get("cycle_time_ms"),  # Horovod only
+            "fusion_threshold_bytes": metrics[0].get("fusion_threshold_bytes"),
             "img_sec_per_worker": sum(per_rank) / nproc, "total_img_sec": sum(per_rank),
             "img_sec_conf": max(m["img_sec_conf"] for m in metrics),
             "step_time_s": max(m["step_time_s"] for m in metrics),
@@ -73,6 +75,28 @@ def run_benchmark(engine: str, nproc: int, args=(), env=None, timeout: float = 9
     result = launch(lab_path(engine), nproc=nproc, args=list(args), backend=BACKEND[engine],
                     env=env, timeout=timeout, echo=echo)
     return row_from_result(engine, nproc, result, label)
+
+
+SETTING_KEYS = {"HOROVOD_FUSION_THRESHOLD": "fusion_threshold_bytes",
+                "HOROVOD_CYCLE_TIME": "cycle_time_ms"}
+
+
+def sweep_setting(name: str, values, args, nproc: int = 2, done: dict | None = None,
+                  timeout: float = 900.0) -> list[tuple[float, float, str]]:
+    """(value, seconds per step, run) of the Horovod lab for each value of the variable `name`.
+
+    `done` is a Horovod row already measured: its own value (as the lab reported it) joins the
+    sweep without a new run when it is not among `values`.
+    """
+    key = SETTING_KEYS[name]
+    out = []
+    for v in values:
+        row = run_benchmark("horovod", nproc, args, env={name: str(v)}, timeout=timeout,
+                            echo=False, label=f"{name}={v}")
+        out.append((float(row[key]), row["step_time_s"], row["run"]))
+    if done is not None and float(done[key]) not in {v for v, _, _ in out}:
+        out.append((float(done[key]), done["step_time_s"], f"{done['run']} (run above)"))
+    return sorted(out)
 
 
 def scaling_rows(rows: list[dict]) -> list[dict]:

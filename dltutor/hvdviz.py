@@ -156,18 +156,40 @@ def plot_phase_totals(totals: dict, title: str = "ms per phase\n(summed over ten
     return ax
 
 
-def plot_fusion(thresholds_bytes, step_times_s, title: str, ax=None):
-    """Step time against HOROVOD_FUSION_THRESHOLD (0 = fusion off)."""
+def plot_knob(labels, step_times_s, xlabel: str, title: str, ax=None, ddp_step_s=None,
+              highlight=None):
+    """Bars of Horovod's step time for each value of one setting; DDP's step time as a line.
+
+    `highlight` is the label of the value the lab used (drawn darker)."""
     import matplotlib.pyplot as plt
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.2))
-    labels = [("0 (off)" if b == 0 else f"{b / 2**20:g} MiB") for b in thresholds_bytes]
-    ax.bar(labels, [1000 * t for t in step_times_s], color="tab:purple")
-    ax.set_xlabel("HOROVOD_FUSION_THRESHOLD")
-    ax.set_ylabel("time per step (ms)")
-    ax.set_title(title)
+    bars = ax.bar(labels, [1000 * t for t in step_times_s],
+                  color=["indigo" if lab == highlight else "tab:purple" for lab in labels])
+    for b, t in zip(bars, step_times_s):
+        ax.annotate(f"{1000 * t:.0f}", (b.get_x() + b.get_width() / 2, 1000 * t),
+                    ha="center", va="bottom", fontsize=8)
+    if ddp_step_s is not None:
+        ax.axhline(1000 * ddp_step_s, color="tab:green", ls="--", lw=1.2,
+                   label=f"DDP, same work: {1000 * ddp_step_s:.0f} ms")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("Horovod time per step (ms)")
+    ax.set_title(title, fontsize=10)
     ax.figure.tight_layout()
     return ax
+
+
+def fusion_label(nbytes: int) -> str:
+    return "0 (off)" if nbytes == 0 else f"{nbytes / 2**20:g} MiB"
+
+
+def plot_fusion(thresholds_bytes, step_times_s, title: str, ax=None, ddp_step_s=None,
+                highlight_bytes=None):
+    """Step time against HOROVOD_FUSION_THRESHOLD (0 = fusion off)."""
+    return plot_knob([fusion_label(b) for b in thresholds_bytes], step_times_s,
+                     "HOROVOD_FUSION_THRESHOLD", title, ax, ddp_step_s,
+                     None if highlight_bytes is None else fusion_label(highlight_bytes))
 
 
 def plot_rows(rows: list[dict], key: str, ylabel: str, title: str, ax=None, reference=()):

@@ -103,6 +103,19 @@ def test_tiny_keeps_explicit_flags():
     assert (a.model, a.batch_size, a.image_size, a.num_iters) == ("resnet50", 2, 32, 3)
 
 
+def test_horovod_cpu_settings_fill_only_what_the_environment_leaves_open():
+    environ = {"HOROVOD_FUSION_THRESHOLD": "0"}
+    s = benchmark.horovod_cpu_settings(True, environ)
+    assert environ["HOROVOD_CYCLE_TIME"] == "50" and environ["HOROVOD_FUSION_THRESHOLD"] == "0"
+    assert (s["cycle_time_ms"], s["fusion_threshold_bytes"]) == (50.0, 0)
+    assert s["sources"] == {"HOROVOD_CYCLE_TIME": "course CPU setting",
+                            "HOROVOD_FUSION_THRESHOLD": "environment"}
+    assert "HOROVOD_CYCLE_TIME=50 ms (course CPU setting)" in benchmark.horovod_settings_line(s)
+    gpu_env = {}
+    g = benchmark.horovod_cpu_settings(False, gpu_env)
+    assert gpu_env == {} and (g["cycle_time_ms"], g["fusion_threshold_bytes"]) == (1.0, 2**27)
+
+
 # ------------------------------------------------------------------ end to end: both labs
 def test_benchmark_lab_under_horovodrun_and_ddp_twin_under_torchrun(horovod_installed):
     (hvd_out, hvd_rc), (ddp_out, ddp_rc) = _run_both([
@@ -120,6 +133,9 @@ def test_benchmark_lab_under_horovodrun_and_ddp_twin_under_torchrun(horovod_inst
     hvd_ranks = sorted(int(line.split("]")[0].lstrip("[")) for line in hvd_out.splitlines()
                        if "DLTUTOR_METRICS" in line and '"engine": "horovod"' in line)
     assert hvd_ranks == [0, 1], hvd_out[-2000:]
+    # on CPU the lab runs Horovod with the course's cycle time and fusion buffer, and says so
+    assert "HOROVOD_CYCLE_TIME=50 ms (course CPU setting)" in hvd_out
+    assert hvd_out.count('"cycle_time_ms": 50.0') == 2, hvd_out[-2000:]
     assert ddp_out.count('"engine": "ddp"') == 2
 
 
