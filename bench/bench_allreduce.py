@@ -34,6 +34,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default=SIZES)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--passes", type=int, default=7, help="sweeps per run; each size keeps its fastest")
     ap.add_argument("--dtype", default="float32")
     a = ap.parse_args(argv)
     sizes = a.sizes.split(",")
@@ -41,7 +42,8 @@ def main(argv=None) -> int:
     rows = []
     for n in [int(x) for x in a.nprocs.split(",")]:
         s = measure_allreduce(n, sizes=sizes, algorithms=["ring", "gloo"], iters=a.iters,
-                              warmup=a.warmup, mode="both", dtype=a.dtype, echo=False)
+                              warmup=a.warmup, mode="both", dtype=a.dtype, echo=False,
+                              passes=a.passes)
         res = {(r["algorithm"], r["bytes"]): r for r in s["results"]}
         ratio = res[("ring", big)]["busbw_GBps"] / res[("gloo", big)]["busbw_GBps"]
         d, t = cm.times_of(s, "ring")

@@ -37,6 +37,17 @@ def _flat(tensor: torch.Tensor) -> torch.Tensor:
 
 
 SEGMENT_BYTES = 1 << 20
+_SCRATCH: dict = {}
+
+
+def scratch(numel: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """A receive buffer of `numel` elements kept between calls, as NCCL and Gloo keep theirs:
+    allocating (and first touching) tens of MiB on every all-reduce costs as much as sending them."""
+    key = (dtype, torch.device(device))
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.numel() < numel:
+        buf = _SCRATCH[key] = torch.empty(numel, dtype=dtype, device=device)
+    return buf[:numel]
 
 
 def ring_allreduce(tensor: torch.Tensor, group=None, segment_bytes: int = SEGMENT_BYTES) -> torch.Tensor:
@@ -55,7 +66,7 @@ def ring_allreduce(tensor: torch.Tensor, group=None, segment_bytes: int = SEGMEN
     right, left = (r + 1) % n, (r - 1) % n
     if group is not None:  # isend/irecv take global ranks
         right, left = dist.get_global_rank(group, right), dist.get_global_rank(group, left)
-    buf = torch.empty(bounds[0][1] - bounds[0][0], dtype=flat.dtype, device=flat.device)
+    buf = scratch(bounds[0][1] - bounds[0][0], flat.dtype, flat.device)  # chunk 0 is the longest
     seg = max(1, segment_bytes // flat.element_size())
 
     def segments(a, b):  # long chunks travel in pieces: adding piece k overlaps receiving k+1
@@ -88,7 +99,7 @@ def reduce_bcast_allreduce(tensor: torch.Tensor, root: int = 0) -> torch.Tensor:
     flat = _flat(tensor)
     if r == root:
         others = [p for p in range(n) if p != root]
-        bufs = [torch.empty_like(flat) for _ in others]
+        bufs = scratch(flat.numel() * len(others), flat.dtype, flat.device).view(len(others), flat.numel())
         reqs = [dist.irecv(b, p) for b, p in zip(bufs, others)]
         for q, b in zip(reqs, bufs):  # sum in rank order as messages arrive
             q.wait()
@@ -114,7 +125,7 @@ def recursive_doubling_allreduce(tensor: torch.Tensor) -> torch.Tensor:
     flat = _flat(tensor)
     p = 1 << (n.bit_length() - 1)
     extra = n - p
-    buf = torch.empty_like(flat)
+    buf = scratch(flat.numel(), flat.dtype, flat.device)
     if r < 2 * extra:  # fold: even ranks sit the doubling out
         if r % 2 == 0:
             dist.send(flat, r + 1)
@@ -172,21 +183,25 @@ def check_against_all_reduce(fn, numel: int, dtype: torch.dtype, seed: int = 0) 
 
 
 def time_allreduce(fn, nbytes: int, dtype=torch.float32, iters: int = 10, warmup: int = 2) -> float:
-    """Median seconds of one all-reduce of `nbytes` (barrier before each, max over ranks)."""
+    """Seconds per all-reduce of `nbytes`, timed as nccl-tests and the OSU benchmarks do.
+
+    After `warmup` calls and a barrier, `iters` calls run back to back; the elapsed time of the
+    slowest rank divided by `iters` is the time of one all-reduce. (A barrier before every call
+    would add the barrier's own exit skew, a few hundred microseconds on CPUs, to every call.)
+    """
     numel = max(1, nbytes // torch.empty((), dtype=dtype).element_size())
     x = torch.ones(numel, dtype=dtype, device=_device())
-    times = []
-    for i in range(warmup + iters):
-        dist.barrier()
-        t0 = time.perf_counter()
+    for _ in range(warmup):
         fn(x)
-        if x.is_cuda:
-            torch.cuda.synchronize()
-        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # the collective ends when the slowest rank does
-        if i >= warmup:
-            times.append(dt.item())
-    return sorted(times)[len(times) // 2]
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn(x)
+    if x.is_cuda:
+        torch.cuda.synchronize()
+    dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+    dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # the loop ends when the slowest rank's does
+    return dt.item() / iters
 
 
 def pingpong(nbytes: int, iters: int = 10, warmup: int = 2, peer: int = 1) -> float | None:
@@ -214,16 +229,16 @@ def _device():
 
 def measure_allreduce(nproc: int = 2, sizes=("1KiB", "1MiB"), algorithms=None, iters: int = 5,
                       warmup: int = 1, mode: str = "both", dtype: str = "float32",
-                      timeout: float = 600.0, echo: bool = True) -> dict:
+                      timeout: float = 600.0, echo: bool = True, passes: int = 1) -> dict:
     """From a notebook: run the lab on `nproc` local ranks (`dltutor.launch`), return its summary.
 
     Keys of the summary (rank 0's DLTUTOR_METRICS line): world_size, hardware, dtype, checks
     (algorithm -> matched dist.all_reduce), results (one dict per size x algorithm: algorithm,
-    bytes, time_s, algbw_GBps, busbw_GBps, ok), pingpong (bytes, time_s), alpha_s, beta_s_per_byte.
+    bytes, time_s (the fastest of `passes` sweeps), time_range_s, algbw_GBps, busbw_GBps, ok), pingpong (bytes, time_s), alpha_s, beta_s_per_byte.
     """
     from dltutor.launch import launch
     args = ["--sizes", ",".join(str(s).replace(" ", "") for s in sizes), "--iters", str(iters),
-            "--warmup", str(warmup), "--mode", mode, "--dtype", dtype]
+            "--warmup", str(warmup), "--mode", mode, "--dtype", dtype, "--passes", str(passes)]
     if algorithms:
         args += ["--algorithms", ",".join(algorithms)]
     res = launch(str(LAB), nproc=nproc, args=args, timeout=timeout, echo=echo)

@@ -159,3 +159,21 @@ def ring_final_ok(states: list[RingStep]) -> bool:
     """True when every rank holds every chunk summed over all ranks exactly once."""
     last, n = states[-1], states[-1].n
     return all(sorted(last.held[r][c]) == list(range(n)) for r in range(n) for c in range(n))
+
+
+def check_ring_exercise(T, owner, n: int = 16, nbytes: int = 256 * 2**20, alpha: float = 5e-6,
+                        beta: float = 1e-10) -> bool:
+    """Notebook 05's exercise: the ring's modelled time T (s) and the rank owning complete chunk A."""
+    from dltutor.costmodel import fmt_bytes, ring_time
+    if T is None or owner is None:
+        print("Not answered yet: fill in the two values above, then run this cell again.")
+        return False
+    expect = ring_time(n, nbytes, alpha, beta)
+    assert abs(T - expect) <= 0.01 * expect, (
+        f"T = {T!r} s is not right: use T = 2(N-1)*alpha + 2(N-1)/N*D*beta with D in bytes "
+        f"({fmt_bytes(nbytes)} = {nbytes} bytes) and beta = {beta:g} s/byte")
+    assert isinstance(owner, int) and owner_after_reduce_scatter(owner, n) == 0, (
+        f"rank {owner!r} does not own A: rank r ends the reduce-scatter owning chunk (r + 1) mod N")
+    print(f"Both right: T = {expect * 1e3:.2f} ms, and P{owner} owns A.")
+    return True
+

@@ -32,6 +32,12 @@ with ddist.session() as ctx:
         dist.broadcast(first, 0)
         if not torch.equal(first, x):
             failures.append(f"{name}: ranks disagree bitwise")
+    # chunks longer than a segment travel as several messages (sizes that do not divide evenly)
+    for dtype, numel in ((torch.float32, 4099), (torch.float64, 1001), (torch.int64, 37)):
+        ok, msg = C.check_against_all_reduce(
+            lambda t: C.ring_allreduce(t, segment_bytes=40), numel, dtype, seed=5)
+        if not ok:
+            failures.append(f"segmented ring {msg}")
     ring_bytes = {}
     dist.isend = counting_isend
     try:

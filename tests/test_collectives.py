@@ -159,6 +159,29 @@ def test_lab_tiny_on_two_ranks_prints_parsable_summary():
 def test_lab_help_shows_defaults():
     p = subprocess.run([sys.executable, str(LAB), "--help"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0
-    for flag in ("--sizes", "--iters", "--warmup", "--algorithms", "--dtype", "--tiny", "--mode"):
+    for flag in ("--sizes", "--iters", "--warmup", "--passes", "--algorithms", "--dtype", "--tiny",
+                 "--mode"):
         assert flag in p.stdout
     assert "(default: 20)" in " ".join(p.stdout.split())
+
+
+def test_ring_exercise_check_accepts_the_answer_and_explains_a_wrong_one(capsys):
+    T = 2 * 15 * 5e-6 + 2 * 15 / 16 * 256 * 2**20 * 1e-10
+    assert rm.check_ring_exercise(T, 15) is True
+    assert "P15 owns A" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="256 MiB = 268435456 bytes"):
+        rm.check_ring_exercise(T * 1.05, 15)
+    with pytest.raises(AssertionError, match=r"owning chunk \(r \+ 1\) mod N"):
+        rm.check_ring_exercise(T, 0)
+    assert rm.check_ring_exercise(None, None) is False
+
+
+def test_receive_buffer_is_kept_between_calls():
+    import torch
+    from dltutor import collectives as C
+    a = C.scratch(1000, torch.float32, "cpu")
+    b = C.scratch(10, torch.float32, "cpu")            # smaller: a view of the same memory
+    assert b.numel() == 10 and b.data_ptr() == a.data_ptr()
+    c = C.scratch(5000, torch.float32, "cpu")          # larger: grown once, then kept
+    assert c.numel() == 5000 and C.scratch(4000, torch.float32, "cpu").data_ptr() == c.data_ptr()
+    assert C.scratch(10, torch.float64, "cpu").dtype == torch.float64   # one buffer per dtype
