@@ -82,20 +82,23 @@ SETTING_KEYS = {"HOROVOD_FUSION_THRESHOLD": "fusion_threshold_bytes",
 
 
 def sweep_setting(name: str, values, args, nproc: int = 2, done: dict | None = None,
-                  timeout: float = 900.0) -> list[tuple[float, float, str]]:
-    """(value, seconds per step, run) of the Horovod lab for each value of the variable `name`.
+                  timeout: float = 900.0) -> list[tuple[float, float, float, str]]:
+    """(value, seconds per step, its 1.96-sigma spread, run) of the Horovod lab for each value of
+    the environment variable `name`.
 
     `done` is a Horovod row already measured: its own value (as the lab reported it) joins the
     sweep without a new run when it is not among `values`.
     """
     key = SETTING_KEYS[name]
-    out = []
-    for v in values:
-        row = run_benchmark("horovod", nproc, args, env={name: str(v)}, timeout=timeout,
-                            echo=False, label=f"{name}={v}")
-        out.append((float(row[key]), row["step_time_s"], row["run"]))
-    if done is not None and float(done[key]) not in {v for v, _, _ in out}:
-        out.append((float(done[key]), done["step_time_s"], f"{done['run']} (run above)"))
+
+    def point(row, run):
+        spread = row["step_time_s"] * row["img_sec_conf"] / row["img_sec_per_worker"]
+        return float(row[key]), row["step_time_s"], spread, run
+
+    out = [point(run_benchmark("horovod", nproc, args, env={name: str(v)}, timeout=timeout,
+                               echo=False), f"{name}={v}") for v in values]
+    if done is not None and float(done[key]) not in {p[0] for p in out}:
+        out.append(point(done, f"{done['run']} (run above)"))
     return sorted(out)
 
 

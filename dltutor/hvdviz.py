@@ -157,18 +157,20 @@ def plot_phase_totals(totals: dict, title: str = "ms per phase\n(summed over ten
 
 
 def plot_knob(labels, step_times_s, xlabel: str, title: str, ax=None, ddp_step_s=None,
-              highlight=None):
+              highlight=None, spreads_s=None):
     """Bars of Horovod's step time for each value of one setting; DDP's step time as a line.
 
-    `highlight` is the label of the value the lab used (drawn darker)."""
+    `highlight` is the label of the value the lab used (drawn darker); `spreads_s` draws each
+    run's 1.96-sigma spread over its iterations as an error bar."""
     import matplotlib.pyplot as plt
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.2))
     bars = ax.bar(labels, [1000 * t for t in step_times_s],
+                  yerr=None if spreads_s is None else [1000 * e for e in spreads_s], capsize=6,
                   color=["indigo" if lab == highlight else "tab:purple" for lab in labels])
-    for b, t in zip(bars, step_times_s):
-        ax.annotate(f"{1000 * t:.0f}", (b.get_x() + b.get_width() / 2, 1000 * t),
-                    ha="center", va="bottom", fontsize=8)
+    for b, t in zip(bars, step_times_s):  # the value inside the bar, clear of the error bar
+        ax.annotate(f"{1000 * t:.0f} ms", (b.get_x() + b.get_width() / 2, 500 * t),
+                    ha="center", va="center", fontsize=9, color="white")
     if ddp_step_s is not None:
         ax.axhline(1000 * ddp_step_s, color="tab:green", ls="--", lw=1.2,
                    label=f"DDP, same work: {1000 * ddp_step_s:.0f} ms")
@@ -185,11 +187,11 @@ def fusion_label(nbytes: int) -> str:
 
 
 def plot_fusion(thresholds_bytes, step_times_s, title: str, ax=None, ddp_step_s=None,
-                highlight_bytes=None):
+                highlight_bytes=None, spreads_s=None):
     """Step time against HOROVOD_FUSION_THRESHOLD (0 = fusion off)."""
     return plot_knob([fusion_label(b) for b in thresholds_bytes], step_times_s,
                      "HOROVOD_FUSION_THRESHOLD", title, ax, ddp_step_s,
-                     None if highlight_bytes is None else fusion_label(highlight_bytes))
+                     None if highlight_bytes is None else fusion_label(highlight_bytes), spreads_s)
 
 
 def plot_rows(rows: list[dict], key: str, ylabel: str, title: str, ax=None, reference=()):

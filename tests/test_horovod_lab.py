@@ -198,3 +198,26 @@ def test_dead_horovod_rank_is_named_and_nothing_survives(horovod_installed, tmp_
     time.sleep(0.5)
     left = _survivors(pids, str(pid_dir))
     assert left == [], f"{len(left)} process(es) of the failed launch still running: {left}"
+
+
+def test_sweep_setting_passes_each_value_and_adds_the_run_already_made(monkeypatch):
+    from dltutor import hvdlab
+    seen = []
+
+    def fake_run(engine, nproc, args, env=None, timeout=0, echo=True, label=None):
+        seen.append((engine, nproc, dict(env)))
+        cycle = float(env["HOROVOD_CYCLE_TIME"])
+        return {"cycle_time_ms": cycle, "step_time_s": cycle / 100, "img_sec_conf": 1.0,
+                "img_sec_per_worker": 10.0, "run": "x"}
+
+    monkeypatch.setattr(hvdlab, "run_benchmark", fake_run)
+    done = {"cycle_time_ms": 50.0, "step_time_s": 0.2, "img_sec_conf": 2.0,
+            "img_sec_per_worker": 10.0, "run": "horovod x2"}
+    out = hvdlab.sweep_setting("HOROVOD_CYCLE_TIME", [10, 1], ["--tiny"], done=done)
+    assert seen == [("horovod", 2, {"HOROVOD_CYCLE_TIME": "10"}),
+                    ("horovod", 2, {"HOROVOD_CYCLE_TIME": "1"})]
+    assert [(v, t, run) for v, t, _, run in out] == [
+        (1.0, 0.01, "HOROVOD_CYCLE_TIME=1"), (10.0, 0.1, "HOROVOD_CYCLE_TIME=10"),
+        (50.0, 0.2, "horovod x2 (run above)")]
+    assert out[2][2] == pytest.approx(0.2 * 2.0 / 10.0)       # the spread, in seconds per step
+    assert len(hvdlab.sweep_setting("HOROVOD_CYCLE_TIME", [50], [], done=done)) == 1
