@@ -15,6 +15,7 @@ From a notebook (never inside a process group): `measure_allreduce(nproc, ...)` 
 """
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -182,26 +183,35 @@ def check_against_all_reduce(fn, numel: int, dtype: torch.dtype, seed: int = 0) 
     return bool(ok), f"numel={numel} dtype={str(dtype).replace('torch.', '')} max|err|={err:.3g}"
 
 
-def time_allreduce(fn, nbytes: int, dtype=torch.float32, iters: int = 10, warmup: int = 2) -> float:
-    """Seconds per all-reduce of `nbytes`, timed as nccl-tests and the OSU benchmarks do.
-
-    After `warmup` calls and a barrier, `iters` calls run back to back; the elapsed time of the
-    slowest rank divided by `iters` is the time of one all-reduce. (A barrier before every call
-    would add the barrier's own exit skew, a few hundred microseconds on CPUs, to every call.)
-    """
-    numel = max(1, nbytes // torch.empty((), dtype=dtype).element_size())
-    x = torch.ones(numel, dtype=dtype, device=_device())
-    for _ in range(warmup):
-        fn(x)
+def _timed_loop(fn, x, calls: int) -> float:
+    """Seconds for `calls` back-to-back calls after a barrier, on the slowest rank."""
     dist.barrier()
     t0 = time.perf_counter()
-    for _ in range(iters):
+    for _ in range(calls):
         fn(x)
     if x.is_cuda:
         torch.cuda.synchronize()
     dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
     dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # the loop ends when the slowest rank's does
-    return dt.item() / iters
+    return dt.item()
+
+
+def time_allreduce(fn, nbytes: int, dtype=torch.float32, iters: int = 10, warmup: int = 2,
+                   min_seconds: float = 0.05) -> float:
+    """Seconds per all-reduce of `nbytes`, timed as nccl-tests and the OSU benchmarks do.
+
+    After a barrier, calls run back to back; the elapsed time of the slowest rank divided by the
+    number of calls is the time of one all-reduce. (A barrier before every call would add the
+    barrier's own exit skew, a few hundred microseconds on CPUs, to every call.) The timed loop
+    has at least `iters` calls and, like `timeit`'s autorange, enough of them to last
+    `min_seconds`, judged from the `warmup` calls, so a short hiccup of the machine cannot
+    dominate a tiny message's time.
+    """
+    numel = max(1, nbytes // torch.empty((), dtype=dtype).element_size())
+    x = torch.ones(numel, dtype=dtype, device=_device())
+    guess = _timed_loop(fn, x, max(1, warmup)) / max(1, warmup)  # same on every rank (MAX)
+    calls = max(iters, min(10_000, math.ceil(min_seconds / max(guess, 1e-9))))
+    return _timed_loop(fn, x, calls) / calls
 
 
 def pingpong(nbytes: int, iters: int = 10, warmup: int = 2, peer: int = 1) -> float | None:

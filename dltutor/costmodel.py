@@ -85,12 +85,14 @@ def busbw(nbytes: float, seconds: float, n: int) -> float:
 
 
 def fit_alpha_beta(nbytes, seconds, algorithm: str = "pingpong", n: int = 2,
-                   relative: bool = True) -> tuple[float, float]:
-    """Least-squares alpha (s) and beta (s/byte) from measured times at several sizes.
+                   relative: bool = True, criterion: str = "lsq") -> tuple[float, float]:
+    """alpha (s) and beta (s/byte) fitted to measured times at several sizes.
 
     Each measurement says t ≈ a·alpha + b·beta with (a, b) = coefficients(algorithm, n, D).
-    With `relative=True` (default) each row is divided by its t, so the fit minimises *relative*
-    errors and a 1 KiB point counts as much as a 64 MiB one. Both results are kept >= 0.
+    With `relative=True` (default) each row is divided by its t, so the fit weighs *relative*
+    errors and a 1 KiB point counts as much as a 64 MiB one. `criterion` 'lsq' minimises the sum
+    of their squares; 'minimax' the largest one (a Chebyshev fit, by Lawson's reweighting), the
+    right choice when the question is "within X% at every size". Both results are kept >= 0.
     """
     d = np.asarray(nbytes, dtype=float)
     t = np.asarray(seconds, dtype=float)
@@ -98,15 +100,38 @@ def fit_alpha_beta(nbytes, seconds, algorithm: str = "pingpong", n: int = 2,
         raise ValueError("need at least two (size, time) pairs of equal length")
     if np.any(t <= 0):
         raise ValueError("times must be positive")
+    if criterion not in ("lsq", "minimax"):
+        raise ValueError(f"criterion must be 'lsq' or 'minimax', not {criterion!r}")
     A = np.array([coefficients(algorithm, n, x) for x in d])
     w = 1.0 / t if relative else np.ones_like(t)
     Aw, tw = A * w[:, None], t * w
     (alpha, beta), *_ = np.linalg.lstsq(Aw, tw, rcond=None)
+    if criterion == "minimax":
+        alpha, beta = _lawson_minimax(Aw, tw)
     if alpha < 0:  # latency not resolvable: pure bandwidth fit
         alpha, beta = 0.0, float(np.dot(Aw[:, 1], tw) / np.dot(Aw[:, 1], Aw[:, 1]))
     if beta < 0:   # bandwidth not resolvable: pure latency fit
         alpha, beta = float(np.dot(Aw[:, 0], tw) / np.dot(Aw[:, 0], Aw[:, 0])), 0.0
     return float(alpha), float(beta)
+
+
+def _lawson_minimax(A, y, rounds: int = 500) -> tuple[float, float]:
+    """x minimising max |A x - y| (Lawson 1961: weighted least squares, each weight multiplied
+    by its residual every round); the best x seen is returned."""
+    weights = np.full(len(y), 1.0 / len(y))
+    best, best_err = None, np.inf
+    for _ in range(rounds):
+        root = np.sqrt(weights)
+        x, *_ = np.linalg.lstsq(A * root[:, None], y * root, rcond=None)
+        resid = np.abs(A @ x - y)
+        if resid.max() < best_err - 1e-12:
+            best, best_err = x, resid.max()
+        weights = weights * resid
+        total = weights.sum()
+        if best_err < 1e-12 or not np.isfinite(total) or total <= 0:  # exact, or nothing to move
+            break
+        weights /= total
+    return float(best[0]), float(best[1])
 
 
 def relative_errors(measured, modelled) -> np.ndarray:
@@ -154,14 +179,15 @@ def times_of(summary: dict, algorithm: str) -> tuple[np.ndarray, np.ndarray]:
     return np.array([r[0] for r in rows], float), np.array([r[1] for r in rows], float)
 
 
-def fit_summary(summary: dict, source: str = "ring") -> tuple[float, float]:
+def fit_summary(summary: dict, source: str = "ring", criterion: str = "lsq") -> tuple[float, float]:
     """alpha, beta fitted from a lab summary: `source` = 'pingpong' or an all-reduce algorithm."""
     n = summary["world_size"]
     if source == "pingpong":
         pp = summary["pingpong"]
-        return fit_alpha_beta([p["bytes"] for p in pp], [p["time_s"] for p in pp])
+        return fit_alpha_beta([p["bytes"] for p in pp], [p["time_s"] for p in pp],
+                              criterion=criterion)
     d, t = times_of(summary, source)
-    return fit_alpha_beta(d, t, algorithm=source, n=n)
+    return fit_alpha_beta(d, t, algorithm=source, n=n, criterion=criterion)
 
 
 def winners(summary: dict) -> list[tuple[int, str, float]]:

@@ -27,47 +27,19 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 from . import env as _env
-from .launch_backends import (TAG_ENV, Backend, clean_env, free_port, get_backend, lost_peer,
-                              rank_of, script_path, tagged_processes)
+from .launch_backends import (TAG_ENV, Backend, LaunchError, LaunchResult,  # noqa: F401
+                              LaunchTimeout, clean_env, free_port, get_backend, lost_peer, rank_of,
+                              script_path, tagged_processes)
 
 METRICS_TAG = "DLTUTOR_METRICS"  # the same tag dltutor.dist.report() prints
 FAILURE_GRACE = 5.0   # s between "a rank failed" and killing whatever is left
 TERM_GRACE = 3.0      # s between SIGTERM and SIGKILL
 TAIL_LINES = 20
-
-
-class LaunchError(RuntimeError):
-    """A launch failed; `ranks` are the ranks to blame (first = most likely root cause)."""
-
-    def __init__(self, message, ranks=(), result=None):
-        super().__init__(message)
-        self.ranks = list(ranks)
-        self.result = result
-
-
-class LaunchTimeout(LaunchError):
-    """The overall timeout passed; `ranks` are the ranks that were still running."""
-
-
-@dataclass
-class LaunchResult:
-    returncode: int
-    wall_time: float
-    metrics: list = field(default_factory=list)
-    logs: dict = field(default_factory=dict)   # rank -> Path of its log (stdout + stderr)
-    command: list = field(default_factory=list)
-    log_dir: Path | None = None
-    backend: str = "local"
-
-    def metric(self, name):
-        """One metric from every rank that reported it, in rank order."""
-        return [m[name] for m in self.metrics if name in m]
 
 
 class _Run:

@@ -15,6 +15,7 @@ import re
 import shutil
 import socket
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -229,3 +230,32 @@ def rank_of(proc) -> int | None:
         if environ.get(name, "").isdigit():
             return int(environ[name])
     return None
+
+
+# ---------------------------------------------------------------- what a launch returns or raises
+class LaunchError(RuntimeError):
+    """A launch failed; `ranks` are the ranks to blame (first = most likely root cause)."""
+
+    def __init__(self, message, ranks=(), result=None):
+        super().__init__(message)
+        self.ranks = list(ranks)
+        self.result = result
+
+
+class LaunchTimeout(LaunchError):
+    """The overall timeout passed; `ranks` are the ranks that were still running."""
+
+
+@dataclass
+class LaunchResult:
+    returncode: int
+    wall_time: float
+    metrics: list = field(default_factory=list)
+    logs: dict = field(default_factory=dict)   # rank -> Path of its log (stdout + stderr)
+    command: list = field(default_factory=list)
+    log_dir: Path | None = None
+    backend: str = "local"
+
+    def metric(self, name):
+        """One metric from every rank that reported it, in rank order."""
+        return [m[name] for m in self.metrics if name in m]

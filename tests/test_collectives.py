@@ -88,6 +88,17 @@ def test_fit_recovers_known_alpha_beta():
     noisy = t * np.random.default_rng(0).uniform(0.95, 1.05, t.size)
     a, b = cm.fit_alpha_beta(sizes, noisy, algorithm="recursive_doubling", n=6)
     assert a == pytest.approx(25e-6, rel=0.1) and b == pytest.approx(0.4e-9, rel=0.1)
+    # minimax: the same exact answer on clean data, and a largest error no larger than lsq's
+    a, b = cm.fit_alpha_beta(sizes, t, algorithm="recursive_doubling", n=6, criterion="minimax")
+    assert a == pytest.approx(25e-6, rel=1e-4) and b == pytest.approx(0.4e-9, rel=1e-4)
+    rough = t * np.random.default_rng(1).uniform(0.7, 1.3, t.size)
+
+    def worst(criterion):
+        fit = cm.fit_alpha_beta(sizes, rough, "recursive_doubling", 6, criterion=criterion)
+        return cm.relative_errors(rough, cm.model_time("recursive_doubling", 6, sizes, *fit)).max()
+    assert worst("minimax") < worst("lsq") - 0.01
+    with pytest.raises(ValueError, match="criterion"):
+        cm.fit_alpha_beta(sizes, t, criterion="l1")
 
 
 def test_bandwidths_and_models():

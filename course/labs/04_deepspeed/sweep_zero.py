@@ -34,6 +34,37 @@ def lab_run():
     return mod.run
 
 
+def plan(names, argv, ap=None) -> list:
+    """(name, args, DeepSpeed config) for each config name with the lab flags `argv`; every
+    config is read and checked here, before any process group exists (one clear error)."""
+    ap = ap or bertlab.parser("sweep", deepspeed=True)
+    plans = []
+    for name in names:
+        config = HERE / "configs" / f"{name}.json"
+        args = bertlab.parse(ap, list(argv) + ["--deepspeed_config", str(config)])
+        try:
+            plans.append((name, args, bertlab.load_ds_config(args.deepspeed_config, args)))
+        except bertlab.ConfigError as exc:
+            ap.error(str(exc))
+    return plans
+
+
+def run_all(plans) -> None:
+    """One process group; each plan through train_bert_ds.run, one DLTUTOR_METRICS line each."""
+    for key, value in engine_env().items():  # DeepSpeed: DS_ACCELERATOR, op cache
+        os.environ.setdefault(key, value)
+    import deepspeed  # DeepSpeed: imported after DS_ACCELERATOR is fixed
+
+    run = lab_run()
+    ctx = dist.init()                                       # DeepSpeed: one process group...
+    deepspeed.init_distributed(dist_backend=env.backend())  # DeepSpeed: ...for every config
+    try:
+        for name, args, cfg in plans:
+            dist.report(config=name, **run(args, cfg, ctx))
+    finally:
+        dist.teardown()
+
+
 def main(argv=None):
     ours = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
     ours.add_argument("--configs", default=DEFAULT_CONFIGS,
@@ -42,26 +73,7 @@ def main(argv=None):
     if "-h" in rest or "--help" in rest:
         ours.print_help()
         print("\nAll other flags are train_bert_ds.py's (without --deepspeed_config):")
-    configs = [c.strip() for c in mine.configs.split(",") if c.strip()]
-    ap = bertlab.parser("sweep", deepspeed=True)
-    plans = []
-    for name in configs:                      # every config checked before any process group
-        config = HERE / "configs" / f"{name}.json"
-        args = bertlab.parse(ap, rest + ["--deepspeed_config", str(config)])
-        try:
-            plans.append((name, args, bertlab.load_ds_config(args.deepspeed_config, args)))
-        except bertlab.ConfigError as exc:
-            ap.error(str(exc))
-    for key, value in engine_env().items():  # DeepSpeed: DS_ACCELERATOR, op cache
-        os.environ.setdefault(key, value)
-    import deepspeed  # DeepSpeed: imported after DS_ACCELERATOR is fixed
-
-    run = lab_run()
-    ctx = dist.init()                                       # DeepSpeed: one process group...
-    deepspeed.init_distributed(dist_backend=env.backend())  # DeepSpeed: ...for every config
-    for name, args, cfg in plans:
-        dist.report(config=name, **run(args, cfg, ctx))
-    dist.teardown()
+    run_all(plan([c.strip() for c in mine.configs.split(",") if c.strip()], rest))
 
 
 if __name__ == "__main__":
