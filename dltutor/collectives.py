@@ -244,7 +244,8 @@ def measure_allreduce(nproc: int = 2, sizes=("1KiB", "1MiB"), algorithms=None, i
 
     Keys of the summary (rank 0's DLTUTOR_METRICS line): world_size, hardware, dtype, checks
     (algorithm -> matched dist.all_reduce), results (one dict per size x algorithm: algorithm,
-    bytes, time_s (the fastest of `passes` sweeps), time_range_s, algbw_GBps, busbw_GBps, ok), pingpong (bytes, time_s), alpha_s, beta_s_per_byte.
+    bytes, time_s (the fastest of `passes` sweeps), time_range_s, algbw_GBps, busbw_GBps, ok),
+    pingpong (bytes, time_s), alpha_s, beta_s_per_byte.
     """
     from dltutor.launch import launch
     args = ["--sizes", ",".join(str(s).replace(" ", "") for s in sizes), "--iters", str(iters),

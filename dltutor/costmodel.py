@@ -105,9 +105,10 @@ def fit_alpha_beta(nbytes, seconds, algorithm: str = "pingpong", n: int = 2,
     A = np.array([coefficients(algorithm, n, x) for x in d])
     w = 1.0 / t if relative else np.ones_like(t)
     Aw, tw = A * w[:, None], t * w
-    (alpha, beta), *_ = np.linalg.lstsq(Aw, tw, rcond=None)
     if criterion == "minimax":
         alpha, beta = _lawson_minimax(Aw, tw)
+    else:
+        (alpha, beta), *_ = np.linalg.lstsq(Aw, tw, rcond=None)
     if alpha < 0:  # latency not resolvable: pure bandwidth fit
         alpha, beta = 0.0, float(np.dot(Aw[:, 1], tw) / np.dot(Aw[:, 1], Aw[:, 1]))
     if beta < 0:   # bandwidth not resolvable: pure latency fit

@@ -194,6 +194,32 @@ def plot_fusion(thresholds_bytes, step_times_s, title: str, ax=None, ddp_step_s=
                      None if highlight_bytes is None else fusion_label(highlight_bytes), spreads_s)
 
 
+def plot_setting_sweeps(fusion, cycle, lab_row: dict, ddp_row: dict | None, label: str):
+    """Notebook 03: print and plot the two `hvdlab.sweep_setting` results side by side.
+
+    `lab_row` is the Horovod run with the lab's own settings (its bars are drawn darker),
+    `ddp_row` the DDP run on the same work (its step time is the dashed line)."""
+    import matplotlib.pyplot as plt
+    for value, t, spread, run in fusion:
+        print(f"HOROVOD_FUSION_THRESHOLD {fusion_label(int(value)):>8}: {t:6.3f} +-{spread:.3f} "
+              f"s/step  ({run})")
+    for value, t, spread, run in cycle:
+        print(f"HOROVOD_CYCLE_TIME       {value:>5g} ms: {t:6.3f} +-{spread:.3f} s/step  ({run})")
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+    ddp_step = ddp_row["step_time_s"] if ddp_row else None
+    plot_fusion([int(p[0]) for p in fusion], [p[1] for p in fusion],
+                "step time vs fusion threshold (dark: the lab's setting)", ax=axes[0],
+                ddp_step_s=ddp_step, highlight_bytes=lab_row["fusion_threshold_bytes"],
+                spreads_s=[p[2] for p in fusion])
+    plot_knob([f"{p[0]:g} ms" for p in cycle], [p[1] for p in cycle], "HOROVOD_CYCLE_TIME",
+              "step time vs cycle time (dark: the lab's setting)", ax=axes[1], ddp_step_s=ddp_step,
+              highlight=f"{lab_row['cycle_time_ms']:g} ms", spreads_s=[p[2] for p in cycle])
+    fig.suptitle(f"Horovod, 2 workers, one run per bar (error bar: 1.96 sigma over its "
+                 f"iterations) -- {label}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def plot_rows(rows: list[dict], key: str, ylabel: str, title: str, ax=None, reference=()):
     """Bars of `key` for each row (measured) and each reference row (hatched, labelled)."""
     import matplotlib.pyplot as plt

@@ -221,3 +221,21 @@ def test_sweep_setting_passes_each_value_and_adds_the_run_already_made(monkeypat
         (50.0, 0.2, "horovod x2 (run above)")]
     assert out[2][2] == pytest.approx(0.2 * 2.0 / 10.0)       # the spread, in seconds per step
     assert len(hvdlab.sweep_setting("HOROVOD_CYCLE_TIME", [50], [], done=done)) == 1
+
+
+def test_setting_sweeps_plot_marks_the_labs_values_and_ddp(capsys):
+    import matplotlib
+    matplotlib.use("Agg")
+    from dltutor import hvdviz
+    fusion = [(0.0, 0.5, 0.1, "off"), (float(32 * 2**20), 0.4, 0.05, "lab")]
+    cycle = [(1.0, 0.45, 0.02, "1 ms"), (50.0, 0.4, 0.05, "lab")]
+    fig = hvdviz.plot_setting_sweeps(fusion, cycle, {"fusion_threshold_bytes": 32 * 2**20,
+                                                     "cycle_time_ms": 50.0},
+                                     {"step_time_s": 0.38}, "test")
+    out = capsys.readouterr().out
+    assert "HOROVOD_FUSION_THRESHOLD   32 MiB:  0.400 +-0.050" in out and "50 ms" in out
+    for ax, dark in zip(fig.axes, ("32 MiB", "50 ms")):
+        bars = {t.get_text(): b for t, b in zip(ax.get_xticklabels(), ax.patches)}
+        assert bars[dark].get_facecolor() != next(b for k, b in bars.items()
+                                                  if k != dark).get_facecolor()
+        assert any("DDP" in t.get_text() for t in ax.get_legend().get_texts())

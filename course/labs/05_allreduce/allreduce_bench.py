@@ -59,6 +59,17 @@ def parse_args(argv=None):
     return a
 
 
+def over_passes(keys, measure, passes: int) -> dict:
+    """key -> (fastest, slowest) of `measure(key)` over `passes` sweeps through all keys: a slow
+    spell of a shared machine hits one pass, and interference only ever adds time. A key whose
+    measure returns None on this rank (the ping-pong off ranks 0 and 1) maps to (None, None)."""
+    seen = {k: [] for k in keys}
+    for _ in range(passes):
+        for k in keys:
+            seen[k].append(measure(k))
+    return {k: (min(v), max(v)) if None not in v else (None, None) for k, v in seen.items()}
+
+
 @contextlib.contextmanager
 def process_group():
     """Join the launcher's process group; plain `python` gets a 1-rank in-process group."""
@@ -85,36 +96,28 @@ def main(argv=None) -> int:
                     oks.append(ok)
                     say(f"check {name:<19} {msg}  {'OK' if ok else 'MISMATCH'}")
                 summary["checks"][name] = all(oks)
-            passes = {}  # (name, bytes) -> the time of each pass
-            for _ in range(a.passes):
-                for nbytes in a.sizes:
-                    for name in a.algorithms:
-                        passes.setdefault((name, nbytes), []).append(
-                            C.time_allreduce(C.ALLREDUCE[name], nbytes, dtype, a.iters, a.warmup))
+            spans = over_passes([(name, nbytes) for nbytes in a.sizes for name in a.algorithms],
+                                lambda k: C.time_allreduce(C.ALLREDUCE[k[0]], k[1], dtype, a.iters,
+                                                           a.warmup), a.passes)
             say(f"\n{'size':>9} {'algorithm':<19} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}"
                 f"  {'passes min..max (us)':>21}")
             for nbytes in a.sizes:
                 for name in a.algorithms:
-                    ts = sorted(passes[(name, nbytes)])
-                    t = ts[0]  # the fastest pass
-                    row = {"algorithm": name, "bytes": nbytes, "time_s": t, "time_range_s": [ts[0], ts[-1]],
+                    t, slowest = spans[(name, nbytes)]
+                    row = {"algorithm": name, "bytes": nbytes, "time_s": t, "time_range_s": [t, slowest],
                            "algbw_GBps": C.algbw(nbytes, t) / 1e9, "busbw_GBps": C.busbw(nbytes, t, n) / 1e9,
                            "ok": summary["checks"][name]}
                     summary["results"].append(row)
                     say(f"{C.fmt_bytes(nbytes):>9} {name:<19} {t * 1e6:11.1f} {row['algbw_GBps']:11.3f} "
-                        f"{row['busbw_GBps']:11.3f}  {ts[0] * 1e6:10.0f}..{ts[-1] * 1e6:.0f}")
+                        f"{row['busbw_GBps']:11.3f}  {t * 1e6:10.0f}..{slowest * 1e6:.0f}")
         if a.mode in ("pingpong", "both"):
             if n < 2:
                 say("\nping-pong needs 2 ranks: launch with torchrun --nproc-per-node 2")
             else:
                 say(f"\n{'size':>9} {'one-way (us)':>13} {'GB/s':>8}   ping-pong rank 0 <-> 1")
-                pp = {}
-                for _ in range(a.passes):
-                    for nbytes in a.sizes:
-                        pp.setdefault(nbytes, []).append(C.pingpong(nbytes, a.iters, a.warmup))
+                spans = over_passes(a.sizes, lambda d: C.pingpong(d, a.iters, a.warmup), a.passes)
                 for nbytes in a.sizes:
-                    ts = sorted(x for x in pp[nbytes] if x is not None)  # None: not rank 0 or 1
-                    t = ts[0] if ts else None
+                    t = spans[nbytes][0]  # None except on rank 0
                     if rank == 0:
                         summary["pingpong"].append({"bytes": nbytes, "time_s": t})
                         say(f"{C.fmt_bytes(nbytes):>9} {t * 1e6:13.1f} {nbytes / t / 1e9:8.3f}")
