@@ -33,8 +33,8 @@ import psutil
 
 from . import env as _env
 from .launch_backends import (TAG_ENV, Backend, LaunchError, LaunchResult,  # noqa: F401
-                              LaunchTimeout, clean_env, free_port, get_backend, lost_peer, rank_of,
-                              script_path, tagged_processes)
+                              LaunchTimeout, blame_ranks, clean_env, free_port, get_backend,
+                              rank_of, script_path, tagged_processes)
 
 METRICS_TAG = "DLTUTOR_METRICS"  # the same tag dltutor.dist.report() prints
 FAILURE_GRACE = 5.0   # s between "a rank failed" and killing whatever is left
@@ -195,9 +195,7 @@ class _Run:
         nor those that only lost a peer in a collective, unless nothing else is left."""
         codes = self.backend.failures("\n".join(self.launcher_lines)) or {
             r: None for r, tail in self.tails.items() if any("Traceback" in t for t in tail)}
-        failed = sorted(codes)
-        own = [r for r in failed if not lost_peer("\n".join(self.tails[r]))]
-        return [r for r in own if codes[r] not in (-9, -15)] or own or failed, failed
+        return blame_ranks(codes, lambda r: "\n".join(self.tails[r])), sorted(codes)
 
 
 def _check(script, nproc, args, timeout, threads, env):

@@ -45,6 +45,15 @@ def lost_peer(log_tail: str) -> bool:
     return bool(_PEER_LOST.search(log_tail))
 
 
+def blame_ranks(codes: dict, tail_of) -> list[int]:
+    """The ranks to blame among the failed ones ({rank: exit code, -9/-15 killed/terminated}):
+    not those that only lost a peer (`tail_of(rank)` = its last lines) nor those the launcher
+    stopped after another failed, unless nothing else is left."""
+    failed = sorted(codes)
+    own = [r for r in failed if not lost_peer(tail_of(r))]
+    return [r for r in own if codes[r] not in (-9, -15)] or own or failed
+
+
 class Backend:
     name = "base"
     needs_port = False   # True: launch() picks a free 127.0.0.1 port and passes it in

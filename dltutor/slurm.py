@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .launch_backends import Backend, lost_peer
+from .launch_backends import Backend, blame_ranks
 from .sites import list_sites, load_site, render_job  # noqa: F401  (the public API)
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -155,11 +155,9 @@ def task_failures(text: str) -> dict[int, int]:
 
 
 def failed_tasks(text: str) -> list[int]:
-    """The tasks to blame: those that exited non-zero (else any that failed), leaving out those whose
-    own last lines show they only lost a peer (launch_backends.lost_peer) when another remains."""
-    codes = task_failures(text)
-    bad = sorted(t for t, c in codes.items() if c > 0) or sorted(codes)
-    return [t for t in bad if not lost_peer("\n".join(task_lines(text, t, 20)))] or bad
+    """The tasks to blame (launch_backends.blame_ranks): not those whose last lines show they only
+    lost a peer, nor those srun terminated after another failed, unless nothing else is left."""
+    return blame_ranks(task_failures(text), lambda t: "\n".join(task_lines(text, t, 20)))
 
 
 def parse_metrics(text: str) -> list[dict]:

@@ -274,6 +274,20 @@ def test_failed_tasks_and_labels():
     assert slurm.task_failures(text) == {3: 1, 0: -9, 1: -9, 2: -9, 5: -9}
     assert slurm.failed_tasks("srun: error: n1: tasks 0-1,4: Terminated") == [0, 1, 4]
     assert slurm.task_lines(" 1: a\n 0: b\n 1: c\nsrun: x\n", 1) == ["a", "c"]
+
+
+def test_failed_task_terminated_by_srun_is_still_blamed():
+    # seen on a busy machine: rank 1 exits on purpose, rank 0 loses its peer and exits first,
+    # srun then terminates rank 1 while Python is still shutting down
+    text = ("1: rank 1 fails on purpose\n"
+            "0: RuntimeError: Read error [127.0.0.1]:56211: Connection reset by peer.\n"
+            "srun: error: vm: task 0: Exited with exit code 1\n"
+            "0: slurmstepd-vm: error: *** STEP 24.0 ON vm CANCELLED AT 2026-11-22T06:14:40 ***\n"
+            "srun: error: vm: task 1: Terminated\n")
+    assert slurm.failed_tasks(text) == [1]
+    # a rank that crashed on its own beats those srun then stopped
+    assert slurm.failed_tasks("srun: error: vm: task 2: Segmentation fault\n"
+                              "srun: error: vm: tasks 0-1,3: Terminated\n") == [2]
     backend = slurm.SlurmBackend()
     assert backend.split(" 12: hello\n") == (12, "hello\n") and backend.split("srun: x") == (None, "srun: x")
 
