@@ -47,18 +47,16 @@ def main(argv=None) -> int:
                               passes=a.passes)
         res = {(r["algorithm"], r["bytes"]): r for r in s["results"]}
         ratio = res[("ring", big)]["busbw_GBps"] / res[("gloo", big)]["busbw_GBps"]
-        d, t = cm.times_of(s, "ring")
-        alpha, beta = cm.fit_alpha_beta(d, t, algorithm="ring", n=n, criterion="minimax")
-        err = cm.relative_errors(t, cm.model_time("ring", n, d, alpha, beta))
-        lsq = cm.relative_errors(t, cm.model_time("ring", n, d, *cm.fit_alpha_beta(
-            d, t, algorithm="ring", n=n, criterion="lsq")))
-        pa, pb = cm.fit_summary(s, "pingpong")
-        perr = cm.relative_errors(t, cm.model_time("ring", n, d, pa, pb))
+        fits = cm.compare_fits(s)
+        alpha, beta, err = fits["ring, minimax"]
+        pa, pb, perr = fits["ping-pong, lsq"]
         rows.append(dict(n=n, hw=s["hardware"], ok=all(s["checks"].values()),
                          ring=res[("ring", big)]["busbw_GBps"], gloo=res[("gloo", big)]["busbw_GBps"],
                          ratio=ratio, alpha=alpha, beta=beta, maxerr=err.max(),
-                         mederr=statistics.median(err), lsqerr=lsq.max(), pp_alpha=pa, pp_beta=pb, pp_err=perr.max(),
+                         mederr=statistics.median(err), lsqerr=fits["ring, lsq"][2].max(),
+                         pp_alpha=pa, pp_beta=pb, pp_err=perr.max(),
                          note="oversubscribed" if n > cpu_cores() else ""))
+        d, t = cm.times_of(s, "ring")
         print(f"N={n}: per-size ring time / fitted model:", ", ".join(
             f"{cm.fmt_bytes(x)} {y * 1e6:.0f}us/{m * 1e6:.0f}us" for x, y, m in
             zip(d, t, cm.model_time("ring", n, d, alpha, beta))), flush=True)

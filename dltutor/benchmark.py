@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import time
 
@@ -97,7 +98,6 @@ def horovod_cpu_settings(on_cpu: bool, environ=None) -> dict:
     Returns the cycle time (ms) and fusion threshold (bytes) Horovod will use, and where each came
     from ('environment', 'course CPU setting' or 'Horovod default'), for the lab to print.
     """
-    import os
     environ = os.environ if environ is None else environ
     used = {}
     for key, default in HOROVOD_DEFAULTS.items():

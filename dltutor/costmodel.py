@@ -191,6 +191,26 @@ def fit_summary(summary: dict, source: str = "ring", criterion: str = "lsq") -> 
     return fit_alpha_beta(d, t, algorithm=source, n=n, criterion=criterion)
 
 
+def model_errors(summary: dict, algorithm: str, alpha: float, beta: float) -> np.ndarray:
+    """|model - measured| / measured at each size of `algorithm` in a lab summary."""
+    d, t = times_of(summary, algorithm)
+    return relative_errors(t, model_time(algorithm, summary["world_size"], d, alpha, beta))
+
+
+FITS = {"ping-pong, lsq": ("pingpong", "lsq"), "ring, lsq": ("ring", "lsq"),
+        "ring, minimax": ("ring", "minimax")}
+
+
+def compare_fits(summary: dict) -> dict:
+    """name -> (alpha, beta, the ring model's relative error at each size) for each of FITS:
+    the ping-pong's fit predicts the ring, the ring's own fits describe it."""
+    out = {}
+    for name, (source, criterion) in FITS.items():
+        alpha, beta = fit_summary(summary, source, criterion)
+        out[name] = (alpha, beta, model_errors(summary, "ring", alpha, beta))
+    return out
+
+
 def winners(summary: dict) -> list[tuple[int, str, float]]:
     """For each size: (bytes, fastest algorithm, its time) in a lab summary."""
     best: dict[int, tuple[str, float]] = {}

@@ -106,8 +106,10 @@ def smallest_fitting_d(p: int, device_bytes: float, z: int = 3, max_d: int = 409
 
 def check_fitting_d(answers: dict, p: int, z: int = 3, **act) -> None:
     """Notebook exercise check: `answers` maps a device size in GiB to the smallest fitting d."""
+    def need(d):   # GB per GPU with d ranks
+        return estimate_zero_memory(p, d=d, z=z, **act).total / GiB
+
     for gib, d in answers.items():
-        need = lambda k: estimate_zero_memory(p, d=k, z=z, **act).total / GiB  # noqa: E731
         assert need(d) <= gib, (f"{gib} GB: with d={d} stage {z} needs {need(d):.1f} GB per GPU: "
                                 "too few ranks (the activations do not shrink with d)")
         assert d == 1 or need(d - 1) > gib, f"{gib} GB: d={d} fits, but so does d={d - 1}"

@@ -176,4 +176,3 @@ def check_ring_exercise(T, owner, n: int = 16, nbytes: int = 256 * 2**20, alpha:
         f"rank {owner!r} does not own A: rank r ends the reduce-scatter owning chunk (r + 1) mod N")
     print(f"Both right: T = {expect * 1e3:.2f} ms, and P{owner} owns A.")
     return True
-

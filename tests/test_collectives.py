@@ -101,6 +101,24 @@ def test_fit_recovers_known_alpha_beta():
         cm.fit_alpha_beta(sizes, t, criterion="l1")
 
 
+def test_compare_fits_on_a_lab_summary():
+    sizes = [2.0 ** k for k in range(10, 27, 4)]
+    alpha, beta = 30e-6, 0.5e-9
+    ring = cm.model_time("ring", 2, np.array(sizes), alpha, beta)
+    ring[1] *= 1.4   # one noisy size
+    summary = {"world_size": 2,
+               "results": [{"algorithm": "ring", "bytes": d, "time_s": t} for d, t in zip(sizes, ring)],
+               "pingpong": [{"bytes": d, "time_s": float(cm.model_time("pingpong", 2, d, alpha, beta))}
+                            for d in sizes]}
+    fits = cm.compare_fits(summary)
+    assert list(fits) == ["ping-pong, lsq", "ring, lsq", "ring, minimax"]
+    a, b, err = fits["ping-pong, lsq"]   # the clean ping-pong gives back alpha and beta...
+    assert a == pytest.approx(alpha, rel=1e-6) and b == pytest.approx(beta, rel=1e-6)
+    assert err[1] == pytest.approx(0.4 / 1.4) and len(err) == len(sizes)  # ...and the ring's error
+    assert fits["ring, minimax"][2].max() < fits["ring, lsq"][2].max()
+    assert np.array_equal(cm.model_errors(summary, "ring", a, b), err)
+
+
 def test_bandwidths_and_models():
     assert cm.algbw(1e9, 2.0) == 5e8
     assert cm.busbw(1e9, 2.0, 4) == pytest.approx(5e8 * 1.5)

@@ -37,7 +37,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated message sizes (bytes, KiB, MiB)")
-    ap.add_argument("--iters", type=int, default=20, help="timed repetitions per size (median reported)")
+    ap.add_argument("--iters", type=int, default=20, help="at least this many back-to-back calls per timing (more if they last < 50 ms)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed repetitions per size")
     ap.add_argument("--passes", type=int, default=3,
                     help="the whole sweep is repeated this many times and each size reports its fastest "
