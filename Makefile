@@ -1,6 +1,7 @@
 # dltutor — the course's entry points. `make lab` to learn, `make test` to check everything.
 #   make lab                 set up (once) and open JupyterLab on course/
-#   make lab HEADLESS=1      same, as a headless server: no browser; host, port and token printed
+#   make lab HEADLESS=1      same, as a headless server: no browser; the URL with its token printed
+#                            (HOST=0.0.0.0 PORT=8899 TOKEN=... to choose them; PORT=0: any free port)
 #   make test                set up (once, with the test system packages) and run the whole suite
 #   make bench               benchmarks (ratios measured side by side in one run)
 #   make doctor              the environment table
@@ -9,7 +10,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 0
-TOKEN ?= $(shell python3 -c "import secrets; print(secrets.token_hex(16))")
+# Empty: JupyterLab generates the token (once) and prints its own URL with it and the real port.
+TOKEN ?=
 PYTEST_ARGS ?=
 ROOTFLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
@@ -21,11 +23,26 @@ setup:
 setup-test:
 	bash scripts/setup.sh --test
 
+# HEADLESS=1 prints one URL whose token is the server's. No TOKEN: JupyterLab generates it and
+# prints that URL itself (with the port it bound). A TOKEN of yours JupyterLab would mask
+# ("?token=..."), so the recipe prints the URL: the port is fixed first (PORT=0: a free one) and
+# port_retries=0 keeps JupyterLab from moving to another port than the one printed.
 lab: setup
 ifeq ($(HEADLESS),1)
-	@echo "JupyterLab (headless) on $(HOST); open the URL printed below (token: $(TOKEN))"
+ifeq ($(strip $(TOKEN)),)
+	@echo "JupyterLab (headless) on $(HOST); open the URL with the token that JupyterLab prints below"
 	$(VENV)/bin/jupyter lab --no-browser --ip=$(HOST) --port=$(PORT) \
-	  --IdentityProvider.token=$(TOKEN) --ServerApp.root_dir=course $(ROOTFLAG)
+	  --ServerApp.root_dir=course $(ROOTFLAG)
+else
+	@port='$(PORT)'; \
+	if [ "$$port" = 0 ]; then \
+	  port=$$($(PY) -c 'import socket; s = socket.socket(); s.bind(("$(HOST)", 0)); print(s.getsockname()[1])') || exit 1; \
+	fi; \
+	case '$(HOST)' in 0.0.0.0|::|'') show=$$(hostname);; *) show='$(HOST)';; esac; \
+	echo "JupyterLab (headless) on $(HOST):$$port; open http://$$show:$$port/lab?token=$(TOKEN)"; \
+	set -x; exec $(VENV)/bin/jupyter lab --no-browser --ip=$(HOST) --port=$$port --ServerApp.port_retries=0 \
+	  --IdentityProvider.token='$(TOKEN)' --ServerApp.root_dir=course $(ROOTFLAG)
+endif
 else
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=course $(ROOTFLAG)
 endif

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_allreduce.py                      # 2, 3, 4 ranks, 1 KiB .. 64 MiB
     .venv/bin/python bench/bench_allreduce.py --nprocs 2 --iters 20
 
-For each rank count the lab course/labs/05_allreduce/allreduce_bench.py runs once (dltutor.launch,
+For each rank count the lab course/labs/05_allreduce/allreduce_bench.py runs once (dltutor.launch.run,
 one thread per rank); it times `ring` and `gloo` (dist.all_reduce; nccl on GPUs) back to back at
 every size, so load on a shared machine hits both alike. Figures:
   * busbw(ring) / busbw(gloo) at the largest size (64 MiB): goal >= 0.7;
@@ -21,9 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dltutor import costmodel as cm  # noqa: E402
-from dltutor.collectives import measure_allreduce  # noqa: E402
-from dltutor.env import cpu_cores  # noqa: E402
+from dltutor.allreduce import cost as cm  # noqa: E402
+from dltutor.core.units import fmt_bytes, parse_bytes  # noqa: E402
+from dltutor.allreduce.collectives import measure_allreduce  # noqa: E402
+from dltutor.core.env import cpu_cores  # noqa: E402
 
 SIZES = "1KiB,4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB,64MiB"
 
@@ -39,12 +40,12 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32")
     a = ap.parse_args(argv)
     sizes = a.sizes.split(",")
-    big = cm.parse_size(sizes[-1])
+    big = parse_bytes(sizes[-1])
     rows = []
     for n in [int(x) for x in a.nprocs.split(",")]:
         s = measure_allreduce(n, sizes=sizes, algorithms=["ring", "gloo"], iters=a.iters,
                               warmup=a.warmup, mode="both", dtype=a.dtype, echo=False,
-                              passes=a.passes)
+                              passes=a.passes, oversubscribe=n > cpu_cores())  # labelled below
         res = {(r["algorithm"], r["bytes"]): r for r in s["results"]}
         ratio = res[("ring", big)]["busbw_GBps"] / res[("gloo", big)]["busbw_GBps"]
         fits = cm.compare_fits(s)
@@ -58,9 +59,9 @@ def main(argv=None) -> int:
                          note="oversubscribed" if n > cpu_cores() else ""))
         d, t = cm.times_of(s, "ring")
         print(f"N={n}: per-size ring time / fitted model:", ", ".join(
-            f"{cm.fmt_bytes(x)} {y * 1e6:.0f}us/{m * 1e6:.0f}us" for x, y, m in
+            f"{fmt_bytes(x)} {y * 1e6:.0f}us/{m * 1e6:.0f}us" for x, y, m in
             zip(d, t, cm.model_time("ring", n, d, alpha, beta))), flush=True)
-    print(f"\nall-reduce at {cm.fmt_bytes(big)}, {a.dtype}, {rows[0]['hw']}, {cpu_cores()} cores")
+    print(f"\nall-reduce at {fmt_bytes(big)}, {a.dtype}, {rows[0]['hw']}, {cpu_cores()} cores")
     print(f"{'N':>2} {'ring busbw':>11} {'gloo busbw':>11} {'ring/gloo':>9}  {'fit α us':>8} "
           f"{'1/β GB/s':>8} {'max err':>8} {'median':>7} {'lsq max':>8}  "
           f"{'ping-pong α,1/β -> max err':>27}")

@@ -17,9 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dltutor import env  # noqa: E402
-from dltutor.launch import launch  # noqa: E402
-from dltutor.scaling import speedup, weak_efficiency  # noqa: E402
+from dltutor.core import env  # noqa: E402
+from dltutor.core.device import hardware_label  # noqa: E402
+from dltutor.launch.run import launch  # noqa: E402
+from dltutor.ddp.scaling import speedup, weak_efficiency  # noqa: E402
 
 LAB = ROOT / "course" / "labs" / "02_ddp" / "train.py"
 
@@ -37,7 +38,7 @@ def main(argv=None) -> int:
             "--train-subset", a.per_rank_batch * a.nproc * (a.steps + 1), "--warmup-steps", 0,
             "--log-every", 1000, "--weak"]
     print(f"weak scaling, lab 02: ResNet width {a.width}, b={a.per_rank_batch} per rank, "
-          f"{a.steps} steps, 1 thread per rank, {env.hardware_label()}, {env.cpu_cores()} cores")
+          f"{a.steps} steps, 1 thread per rank, {hardware_label()}, {env.cpu_cores()} cores")
     rates = {1: [], a.nproc: []}
     data = None
     for r in range(a.rounds):
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
     p1, pn = statistics.median(rates[1]), statistics.median(rates[a.nproc])
     print(f"median global img/s: 1 rank {p1:.1f}, {a.nproc} ranks {pn:.1f} (data {data})")
     print(f"SPEEDUP {speedup(pn, p1):.3f}; WEAK-SCALING EFFICIENCY "
-          f"{weak_efficiency(pn, p1, a.nproc):.3f} ({env.hardware_label()})")
+          f"{weak_efficiency(pn, p1, a.nproc):.3f} ({hardware_label()})")
     return 0
 
 

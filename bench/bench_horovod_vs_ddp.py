@@ -6,7 +6,7 @@
 The two labs of course/labs/03_horovod (Horovod's DistributedOptimizer under horovodrun --gloo,
 DDP under torchrun, gloo) do identical work: same model, same random batch, same timing code.
 Horovod runs twice per round: with the lab's CPU settings (HOROVOD_CYCLE_TIME=50 ms, fusion
-32 MiB, dltutor.benchmark.HOROVOD_CPU_SETTINGS) and with Horovod's own defaults (1 ms, 128 MiB).
+32 MiB, dltutor.horovod.benchmark.HOROVOD_CPU_SETTINGS) and with Horovod's own defaults (1 ms, 128 MiB).
 Runs are interleaved, the order rotating each round, so slow drift of a shared machine hits all
 three alike; the figures are ratios of the medians of total img/s (goal: within 10% of DDP).
 """
@@ -18,7 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dltutor import benchmark, env, hvdlab  # noqa: E402
+from dltutor.core.units import MiB  # noqa: E402
+from dltutor.horovod import benchmark
+from dltutor.core.device import backend, hardware_label  # noqa: E402
+from dltutor.horovod import runs  # noqa: E402
 
 RUNS = {"horovod": ("horovod", None),                                   # the lab's CPU settings
         "horovod-defaults": ("horovod", benchmark.HOROVOD_DEFAULTS),    # Horovod's own defaults
@@ -37,20 +40,20 @@ def main(argv=None) -> int:
     p.add_argument("--batches-per-iter", type=int, default=3)
     p.add_argument("--iters", type=int, default=4)
     a = p.parse_args(argv)
-    args = hvdlab.benchmark_args(a.model, a.batch_size, a.image_size, a.warmup,
-                                 a.batches_per_iter, a.iters, no_cuda=env.backend() == "gloo")
+    args = runs.benchmark_args(a.model, a.batch_size, a.image_size, a.warmup,
+                                 a.batches_per_iter, a.iters, no_cuda=backend() == "gloo")
     print(f"Horovod vs DDP: {a.model} {a.image_size}x{a.image_size}, batch {a.batch_size} per "
-          f"worker, {a.nproc} workers, {env.hardware_label()}, synthetic data, {a.rounds} rounds")
+          f"worker, {a.nproc} workers, {hardware_label()}, synthetic data, {a.rounds} rounds")
     names = list(RUNS)
     results = {name: [] for name in names}
     start = time.monotonic()
     for r in range(a.rounds):
         for name in names[r % 3:] + names[:r % 3]:
             engine, extra_env = RUNS[name]
-            row = hvdlab.run_benchmark(engine, a.nproc, args, env=extra_env, echo=False)
+            row = runs.run_benchmark(engine, a.nproc, args, env=extra_env, echo=False)
             results[name].append(row["total_img_sec"])
             knobs = (f", cycle {row['cycle_time_ms']:g} ms, fusion "
-                     f"{row['fusion_threshold_bytes'] / 2**20:g} MiB" if engine == "horovod" else "")
+                     f"{row['fusion_threshold_bytes'] / MiB:g} MiB" if engine == "horovod" else "")
             print(f"  round {r}  {name:16s}  total {row['total_img_sec']:8.2f} img/s  "
                   f"({row['img_sec_per_worker']:.2f} per worker, {1000 * row['step_time_s']:.0f} "
                   f"ms/step, {row['threads']} thread(s)/rank{knobs})", flush=True)

@@ -1,4 +1,4 @@
-"""Launch overhead: from the call to rank 0's first training step, dltutor.launch vs plain torchrun.
+"""Launch overhead: from the call to rank 0's first training step, dltutor.launch.run vs plain torchrun.
 
     .venv/bin/python bench/bench_launch.py                 # 2 ranks, 3 rounds, lab 02 --tiny
     .venv/bin/python bench/bench_launch.py --nproc 2 --rounds 5
@@ -6,7 +6,7 @@
 Both sides start the same lab (course/labs/02_ddp/train.py --tiny --steps 2) with the same
 torchrun arguments and 1 thread per rank. The lab reports `t_first_step`, the wall-clock time its
 first training step began on each rank. Overhead = t_first_step(rank 0) - the time of the call:
-  * launch:   `dltutor.launch.launch(...)` from this process (as a notebook cell does);
+  * launch:   `dltutor.launch.run.launch(...)` from this process (as a notebook cell does);
   * torchrun: `python -m torch.distributed.run ...` started with subprocess, output to a file.
 Runs alternate (L T T L L T ...) so drift on a shared machine hits both alike. The figure is the
 ratio of the median overheads (launch / torchrun); 1.0 = the launcher adds nothing.
@@ -24,8 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dltutor import env  # noqa: E402
-from dltutor.launch import free_port, launch  # noqa: E402
+from dltutor.core import env  # noqa: E402
+from dltutor.core.device import hardware_label  # noqa: E402
+from dltutor.core.dist import free_port  # noqa: E402
+from dltutor.launch.run import launch  # noqa: E402
 
 LAB = ROOT / "course" / "labs" / "02_ddp" / "train.py"
 ARGS = ["--tiny", "--steps", "2", "--log-every", "1000"]
@@ -61,7 +63,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args(argv)
     print(f"launch overhead to rank 0's first step: lab 02 {' '.join(ARGS)}, {a.nproc} ranks, "
-          f"{env.hardware_label()}, {env.cpu_cores()} cores, {a.rounds} rounds")
+          f"{hardware_label()}, {env.cpu_cores()} cores, {a.rounds} rounds")
     times = {"launch": [], "torchrun": []}
     for r in range(a.rounds):
         order = ("launch", "torchrun") if r % 2 == 0 else ("torchrun", "launch")
@@ -70,7 +72,7 @@ def main(argv=None) -> int:
             times[name].append(t)
             print(f"  round {r + 1}: {name:8s} {t:6.2f} s", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"median: dltutor.launch {med['launch']:.2f} s, torchrun {med['torchrun']:.2f} s")
+    print(f"median: dltutor.launch.run {med['launch']:.2f} s, torchrun {med['torchrun']:.2f} s")
     print(f"RATIO launch/torchrun = {med['launch'] / med['torchrun']:.3f}  "
           f"(extra {med['launch'] - med['torchrun']:+.2f} s)")
     return 0

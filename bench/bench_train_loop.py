@@ -1,4 +1,4 @@
-"""Training-loop overhead: dltutor.train.train_epoch vs a plain PyTorch loop, same model, same data.
+"""Training-loop overhead: dltutor.single.train.train_epoch vs a plain PyTorch loop, same model, same data.
 
     .venv/bin/python bench/bench_train_loop.py                  # width 16, batch 64, 5 rounds
     .venv/bin/python bench/bench_train_loop.py --width 8 --steps 10 --rounds 7
@@ -19,7 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from dltutor import data, env, models, train  # noqa: E402
+from dltutor.core import env  # noqa: E402
+from dltutor.core.device import device as pick_device  # noqa: E402
+from dltutor.core.device import hardware_label  # noqa: E402
+from dltutor.data.synthetic import synthetic_images  # noqa: E402
+from dltutor.single import models, train  # noqa: E402
 
 
 def plain_loop(model, batches, optimizer, device):
@@ -52,8 +56,8 @@ def main():
     p.add_argument("--rounds", type=int, default=5, help="rounds per side")
     a = p.parse_args()
     env.seed_everything(0)
-    device = env.device()
-    x, y = data.synthetic_images(a.batch_size * a.steps, (3, 32, 32), 10, device=device)
+    device = pick_device()
+    x, y = synthetic_images(a.batch_size * a.steps, (3, 32, 32), 10, device=device)
     batches = list(zip(x.split(a.batch_size), y.split(a.batch_size)))
     model = models.cifar_resnet(width=a.width).to(device)
     opt = train.default_optimizer(model)
@@ -65,7 +69,7 @@ def main():
         results[side].append(fn(model, batches, opt, device))
     med = {k: statistics.median(v) for k, v in results.items()}
     print(f"ResNet width {a.width}, batch {a.batch_size}, {a.steps} steps x {a.rounds} rounds per side, "
-          f"{device} [{env.hardware_label()}]")
+          f"{device} [{hardware_label()}]")
     for k in ("plain", "dltutor"):
         print(f"  {k:<8} median {med[k]:8.1f} img/s   rounds: {', '.join(f'{v:.0f}' for v in results[k])}")
     print(f"ratio dltutor / plain = {med['dltutor'] / med['plain']:.3f}  (goal >= 0.97)")

@@ -15,7 +15,8 @@ side on this machine, in the same run.
 import sys
 import tempfile
 
-from dltutor import env, zerorun
+from dltutor.core.device import hardware_label  # noqa: E402
+from dltutor.zero import runs
 
 # h_dim 512: every weight matrix is >= 1 MiB, the aio block size below which DeepSpeed keeps a
 # tensor in RAM instead of swapping it to NVMe (smaller models would not go out of core at all)
@@ -33,17 +34,17 @@ def main(argv):
     sizes = _sizes(argv)
     rows = []
     try:
-        rows, _ = zerorun.sweep(SWEEP, 2, sizes, timeout=1800)
+        rows, _ = runs.sweep(SWEEP, 2, sizes, timeout=1800)
     except Exception as exc:  # one mode failing must not hide the others' figures
         print(f"sweep FAILED: {str(exc).splitlines()[0]}")
     with tempfile.TemporaryDirectory(prefix="dltutor-nvme-") as scratch:
         try:
-            rows.append(zerorun.run_config("zero3_offload_nvme", 1, sizes, nvme_dir=scratch,
+            rows.append(runs.run_config("zero3_offload_nvme", 1, sizes, nvme_dir=scratch,
                                            timeout=1800)[0])
         except Exception as exc:
             print(f"zero3_offload_nvme FAILED: {str(exc).splitlines()[0]}")
-    zerorun.with_speed_ratio(rows)
-    print(f"sizes {sizes}  [{env.hardware_label()}]")
+    runs.with_speed_ratio(rows)
+    print(f"sizes {sizes}  [{hardware_label()}]")
     print(f"{'config':20s} ranks  model-state MiB/rank  formula MiB  vs stage0  samples/s  "
           "speed vs stage0")
     for r in rows:

@@ -4,49 +4,47 @@
     python -m dltutor data stage --from DIR  # copy a pre-staged CIFAR-10 into the data dir
     python -m dltutor data where             # print the data dir
     python -m dltutor kernel install         # register this python as the Jupyter kernel `dltutor`
+    python -m dltutor kernel uninstall       # remove it
 """
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 
-KERNEL_NAME = "dltutor"
-
+from dltutor.core import flags
 
 def _doctor(args) -> int:
-    from dltutor.envcheck import PROBLEM, doctor
+    from dltutor.doctor import PROBLEM, doctor
     rows = doctor(engines_too=not args.no_engines)
     return 1 if any(r.status == PROBLEM for r in rows) else 0
 
 
 def _data(args) -> int:
-    from dltutor import env
+    from dltutor.core import env
     if args.action == "where":
         print(env.data_dir())
         return 0
-    from dltutor import data
-    path = data.stage_cifar10(args.src, dest=args.dest)
+    from dltutor.data import staging
+    try:
+        path = staging.stage_cifar10(args.src, dest=args.dest)
+    except (FileNotFoundError, staging.CorruptDataError) as exc:
+        print(f"python -m dltutor data stage: {exc}", file=sys.stderr)
+        return 2
     print(f"CIFAR-10 staged at {path}")
     return 0
 
 
-def kernel_install(name: str = KERNEL_NAME, scope: str = "user", display_name: str | None = None) -> list[str]:
-    """Register the running python as a Jupyter kernel; returns the command it ran."""
-    display = display_name or f"Python ({name})"
-    cmd = [sys.executable, "-m", "ipykernel", "install", f"--name={name}", f"--display-name={display}"]
-    if scope == "user":
-        cmd.append("--user")
-    elif scope == "sys-prefix":
-        cmd.append("--sys-prefix")
-    else:
-        cmd.append(f"--prefix={scope}")
-    subprocess.run(cmd, check=True)
-    return cmd
-
-
 def _kernel(args) -> int:
-    kernel_install(args.name, args.scope, args.display_name)
+    from dltutor import kernel
+    if args.action == "uninstall":
+        try:
+            print(f"removed the Jupyter kernel {args.name!r} ({kernel.uninstall(args.name)})")
+        except LookupError as exc:
+            print(f"python -m dltutor kernel uninstall: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    folder = kernel.install(args.name, args.scope, args.display_name)
+    print(f"Jupyter kernel {args.name!r} ({args.display_name}) installed in {folder}")
     return 0
 
 
@@ -61,25 +59,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     data = sub.add_parser("data", help="stage or locate course data")
     data.add_argument("action", choices=["stage", "where"])
-    data.add_argument("--from", dest="src", help="a directory holding cifar-10-batches-py or "
+    data.add_argument("--from", dest="src", type=flags.existing_path, help="a directory holding cifar-10-batches-py or "
                       "cifar-10-python.tar.gz (e.g. a shared copy on the cluster)")
     data.add_argument("--dest", default=None, help="data dir (default: $DLTUTOR_DATA or ~/.cache/dltutor/data)")
     data.set_defaults(func=_data)
 
-    k = sub.add_parser("kernel", help="register this python as a Jupyter kernel")
-    k.add_argument("action", choices=["install"])
-    k.add_argument("--name", default=KERNEL_NAME)
-    k.add_argument("--display-name", default=None)
+    k = sub.add_parser("kernel", help="register (or remove) this python as the course's kernel")
+    k.add_argument("action", choices=["install", "uninstall"])
+    k.add_argument("--name", default="dltutor", help="kernel name (the notebooks use 'dltutor')")
+    k.add_argument("--display-name", default="Python (dltutor)")
     k.add_argument("--scope", default="user",
-                   help="user (~/.local/share/jupyter), sys-prefix (this env) or a prefix path")
+                   help="user (your Jupyter data dir, e.g. on a hub), sys-prefix (this "
+                        "environment) or a prefix path")
     k.set_defaults(func=_kernel)
     return p
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = flags.parse(parser, argv)
     if args.command == "data" and args.action == "stage" and not args.src:
-        build_parser().error("data stage needs --from DIR (where the shared CIFAR-10 copy is)")
+        parser.error("data stage needs --from DIR (where the shared CIFAR-10 copy is)")
     return args.func(args)
 
 

@@ -6,7 +6,7 @@
 
 DeepSpeed compiles its ops with torch.utils.cpp_extension the first time they are used, into
 TORCH_EXTENSIONS_DIR. We point that at `<cache>/torch_extensions/env-<hash of this venv>` (cache = DLTUTOR_CACHE, default
-~/.cache/dltutor), the same place `dltutor.engines.engine_env()` gives labs and tests, so the
+~/.cache/dltutor), the same place `dltutor.core.engines.engine_env()` gives labs and tests, so the
 first run compiles and every later run only loads (about a second).
 
 Environment: DS_ACCELERATOR (default: cpu when no CUDA device is visible), DLTUTOR_CACHE,
@@ -37,7 +37,7 @@ DEFAULT_OPS = ["cpu_adam", "deepspeed_shm_comm", "async_io"]
 
 def setup_env() -> Path:
     """Set DS_ACCELERATOR and TORCH_EXTENSIONS_DIR before DeepSpeed is imported."""
-    from dltutor.env import extensions_dir  # one folder per Python environment
+    from dltutor.core.env import extensions_dir  # one folder per Python environment
     ext = Path(os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir())))
     ext.mkdir(parents=True, exist_ok=True)
     if "DS_ACCELERATOR" not in os.environ:

@@ -6,8 +6,8 @@ bytes each algorithm's ring sent from this rank, to compare with the step model.
 import torch
 import torch.distributed as dist
 
-from dltutor import collectives as C
-from dltutor import dist as ddist
+from dltutor.allreduce import collectives as C
+from dltutor.core import dist as ddist
 
 with ddist.session() as ctx:
     n, r = ctx.world_size, ctx.rank

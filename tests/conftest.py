@@ -3,6 +3,9 @@
 Set here, at import, so that kernels started by nbval and processes started by tests inherit them.
 """
 import os
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,3 +27,35 @@ def repo_root() -> Path:
 def python() -> str:
     """The interpreter of the course environment (the one running the tests)."""
     return sys.executable
+
+
+# ---------------------------------------------------------------- a real one-node Slurm
+SLURM_SCRIPT = ROOT / "scripts" / "slurm_local.sh"
+
+
+def _cluster(action, timeout=180):
+    return subprocess.run(["bash", str(SLURM_SCRIPT), action], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    missing = [t for t in ("sbatch", "srun", "slurmctld", "slurmd", "munged") if not shutil.which(t)]
+    if missing:
+        pytest.fail(f"Slurm is not installed ({', '.join(missing)} missing): run "
+                    "`bash scripts/setup.sh --test` (installs slurm-wlm and munge)", pytrace=False)
+    started = _cluster("status").returncode != 0
+    if started:
+        r = _cluster("start")
+        assert r.returncode == 0, f"local Slurm did not start:\n{r.stdout}\n{r.stderr}"
+    conf = re.search(r"export SLURM_CONF=(\S+)", _cluster("env").stdout).group(1)
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf   # sbatch/srun/squeue/scontrol of this process and its jobs
+    yield conf
+    if old is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = old
+    if started:
+        r = _cluster("stop")
+        assert r.returncode == 0, r.stderr

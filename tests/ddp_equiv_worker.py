@@ -5,7 +5,7 @@
 
 Modes (all run in one launch, each from the same initial weights):
   ddp     DistributedDataParallel, small buckets (several all-reduces overlapping backward)
-  manual  DDP under no_sync() + dltutor.ddp.allreduce_gradients after backward (--no-overlap)
+  manual  DDP under no_sync() + dltutor.ddp.by_hand.allreduce_gradients after backward (--no-overlap)
   none    no gradient averaging at all: the negative control, ranks must drift apart
 Files: <out>/<mode>.rank<r>.pt holding the state dict after the last step.
 """
@@ -35,7 +35,7 @@ def fixed_data(steps, global_batch):
 def train(mode, rank, world, steps, global_batch, lr=0.1):
     """Run `steps` steps on this rank's slice of each fixed global batch; return the model."""
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from dltutor.ddp import allreduce_gradients
+    from dltutor.ddp.by_hand import allreduce_gradients
 
     x, y = fixed_data(steps, global_batch)
     b = global_batch // world
@@ -62,7 +62,7 @@ def main():
     p.add_argument("--global-batch", type=int, default=16)
     p.add_argument("--modes", default=",".join(MODES))
     a = p.parse_args()
-    from dltutor import dist
+    from dltutor.core import dist
     with dist.session() as ctx:
         for mode in a.modes.split(","):
             model = train(mode, ctx.rank, ctx.world_size, a.steps, a.global_batch)

@@ -1,6 +1,6 @@
 """One launch, many checks: train the lab's BERT with several DeepSpeed configs in one process group.
 
-Run by tests/test_deepspeed_zero.py through dltutor.launch (torchrun, 2 gloo ranks):
+Run by tests/test_deepspeed_zero.py through dltutor.launch.run (torchrun, 2 gloo ranks):
     deepspeed_zero_worker.py --ckpt DIR -- <train_bert_ds.py flags without --deepspeed_config>
 It is the lab's own sweep (course/labs/04_deepspeed/sweep_zero.py: `plan` + `run_all`, the code
 a student runs) over configs zero0..zero3, where the stage-3 run also saves a mid-run checkpoint

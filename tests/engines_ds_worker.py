@@ -56,4 +56,5 @@ sys.stdout.write("DS_RESULT " + json.dumps({
     "zero_stage": engine.zero_optimization_stage(),
     "accelerator": os.environ.get("DS_ACCELERATOR")}) + "\n")
 sys.stdout.flush()
+ds_dist.barrier()  # every rank done before any tears down (see dltutor.core.dist.session)
 ds_dist.destroy_process_group()

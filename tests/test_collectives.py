@@ -1,4 +1,4 @@
-"""dltutor.ringmodel / costmodel / collectives: the step model, the α-β fit, the real ring on gloo."""
+"""dltutor.allreduce.ring / cost / collectives: the step model, the α-β fit, the real ring on gloo."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dltutor import costmodel as cm
-from dltutor import ringmodel as rm
+from dltutor.allreduce import cost as cm
+from dltutor.allreduce import ring as rm
+from dltutor.core import units
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "course" / "labs" / "05_allreduce" / "allreduce_bench.py"
@@ -133,10 +134,10 @@ def test_bandwidths_and_models():
         "recursive_doubling", 8, x / 10, 10e-6, 1e-9)
     assert cm.model_time("ring", 8, x * 10, 10e-6, 1e-9) < cm.model_time(
         "recursive_doubling", 8, x * 10, 10e-6, 1e-9)
-    assert cm.parse_size("64MiB") == 64 << 20 and cm.parse_size("1k") == 1024
-    assert cm.fmt_bytes(64 << 20) == "64 MiB"
+    assert units.parse_bytes("64MiB") == 64 << 20 and units.parse_bytes("1k") == 1024
+    assert units.fmt_bytes(64 << 20) == "64 MiB"
     with pytest.raises(ValueError):
-        cm.parse_size("lots")
+        units.parse_bytes("lots")
 
 
 # ---------------------------------------------------------------- real collectives on gloo
@@ -207,7 +208,7 @@ def test_ring_exercise_check_accepts_the_answer_and_explains_a_wrong_one(capsys)
 
 def test_receive_buffer_is_kept_between_calls():
     import torch
-    from dltutor import collectives as C
+    from dltutor.allreduce import collectives as C
     a = C.scratch(1000, torch.float32, "cpu")
     b = C.scratch(10, torch.float32, "cpu")            # smaller: a view of the same memory
     assert b.numel() == 10 and b.data_ptr() == a.data_ptr()

@@ -1,4 +1,4 @@
-"""dltutor.data and dltutor.staging against a small CIFAR-10 written here in the real format.
+"""dltutor.data.cifar10 and dltutor.data.staging against a small CIFAR-10 written here in the real format.
 
 The files are what the real `cifar-10-python.tar.gz` holds: python pickles `data_batch_1..5` and
 `test_batch` (keys batch_label, data = uint8 N x 3072 in CHW row order, labels, filenames) and
@@ -20,7 +20,8 @@ import pytest
 import torch
 from torchvision.datasets import CIFAR10
 
-from dltutor import data, staging
+from dltutor.data import cifar10 as data
+from dltutor.data import loaders, staging, synthetic
 
 PER_BATCH, N_TEST = 8, 10
 
@@ -42,7 +43,7 @@ def fake_cifar(tmp_path, monkeypatch):
     monkeypatch.setenv(data.OFFLINE_ENV, "1")
     rng = np.random.default_rng(0)
     src = tmp_path / "shared"
-    folder = src / data.BASE_FOLDER
+    folder = src / staging.BASE_FOLDER
     folder.mkdir(parents=True)
     images = rng.integers(0, 256, (5 * PER_BATCH + N_TEST, 3, 32, 32), dtype=np.uint8)
     labels = [int(i % 10) for i in range(len(images))]
@@ -58,7 +59,7 @@ def fake_cifar(tmp_path, monkeypatch):
     archive = tmp_path / "archive" / data.ARCHIVE
     archive.parent.mkdir()
     with tarfile.open(archive, "w:gz") as tar:
-        tar.add(folder, arcname=data.BASE_FOLDER)
+        tar.add(folder, arcname=staging.BASE_FOLDER)
     monkeypatch.setattr(CIFAR10, "train_list", train_list)
     monkeypatch.setattr(CIFAR10, "test_list", [["test_batch", _md5(folder / "test_batch")]])
     monkeypatch.setattr(CIFAR10, "meta", {**CIFAR10.meta, "md5": _md5(folder / "batches.meta")})
@@ -93,13 +94,13 @@ def test_subsets_are_seeded_and_sized(fake_cifar):
 @pytest.mark.parametrize("which", ["parent", "folder", "archive", "archive_parent"])
 def test_stage_then_load(fake_cifar, tmp_path, which):
     src, archive, images, labels = fake_cifar
-    source = {"parent": src, "folder": src / data.BASE_FOLDER, "archive": archive,
+    source = {"parent": src, "folder": src / staging.BASE_FOLDER, "archive": archive,
               "archive_parent": archive.parent}[which]
     dest = tmp_path / "datadir"
-    assert data.describe_data(dest)["staged"] is False
+    assert staging.describe(dest)["staged"] is False
     out = data.stage_cifar10(source, dest=dest)
-    assert out == str(dest / data.BASE_FOLDER)
-    facts = data.describe_data(dest)
+    assert out == str(dest / staging.BASE_FOLDER)
+    facts = staging.describe(dest)
     assert facts["staged"] is True and facts["missing"] == [] and facts["free_gb"] > 0
     assert not list(dest.glob(".staging-*")), "temporary staging folder left behind"
     _check_loaded(dest, images, labels)
@@ -110,9 +111,9 @@ def test_stage_rejects_corrupt_archive(fake_cifar, tmp_path):
     raw = bytearray(archive.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     archive.write_bytes(bytes(raw))
-    with pytest.raises(data.CorruptDataError, match="md5"):
+    with pytest.raises(staging.CorruptDataError, match="md5"):
         data.stage_cifar10(archive, dest=tmp_path / "datadir")
-    assert not (tmp_path / "datadir" / data.BASE_FOLDER).exists()
+    assert not (tmp_path / "datadir" / staging.BASE_FOLDER).exists()
 
 
 def test_stage_from_dir_without_cifar_says_what_it_wants(tmp_path):
@@ -122,11 +123,11 @@ def test_stage_from_dir_without_cifar_says_what_it_wants(tmp_path):
 
 def test_corrupt_copy_raises_integrity_error_with_fix(fake_cifar):
     src = fake_cifar[0]
-    batch = src / data.BASE_FOLDER / "data_batch_3"
+    batch = src / staging.BASE_FOLDER / "data_batch_3"
     raw = bytearray(batch.read_bytes())
     raw[-5] ^= 0xFF
     batch.write_bytes(bytes(raw))
-    with pytest.raises(data.CorruptDataError) as err:
+    with pytest.raises(staging.CorruptDataError) as err:
         data.load_cifar10(root=src)
     msg = str(err.value)
     assert "Dataset not found or corrupted" in msg  # torchvision's own integrity message
@@ -181,22 +182,22 @@ def test_download_probe_fails_fast(monkeypatch, tmp_path):
 def test_loaders_normalise_and_device_tensors_match(tmp_path, monkeypatch):
     monkeypatch.setenv(data.OFFLINE_ENV, "1")
     train, test, _ = data.load_cifar10(root=tmp_path, train_subset=64, test_subset=32, quiet=True)
-    tr_loader, te_loader = data.make_loaders(train, test, batch_size=16, workers=0)
+    tr_loader, te_loader = loaders.make_loaders(train, test, batch_size=16, workers=0)
     x, y = next(iter(tr_loader))
     assert x.shape == (16, 3, 32, 32) and x.dtype == torch.float32 and y.shape == (16,)
     xt, yt = next(iter(te_loader))  # no augmentation: must equal the device-resident copy
-    xd, yd = data.to_device_tensors(test, "cpu")
+    xd, yd = loaders.to_device_tensors(test, "cpu")
     torch.testing.assert_close(xt, xd[:len(xt)], atol=1e-5, rtol=0)
     assert torch.equal(yt, yd[:len(yt)])
     assert abs(xd.mean().item()) < 1.5 and xd.shape == (32, 3, 32, 32)
-    dl = data.DeviceLoader(xd, yd, batch_size=8, shuffle=True, augment=True, drop_last=False)
+    dl = loaders.DeviceLoader(xd, yd, batch_size=8, shuffle=True, augment=True, drop_last=False)
     batches = list(dl)
     assert len(batches) == len(dl) == 4 and all(b[0].shape == (8, 3, 32, 32) for b in batches)
     assert sorted(torch.cat([b[1] for b in batches]).tolist()) == sorted(yd.tolist())
 
 
 def test_synthetic_images_for_benchmarks():
-    x, y = data.synthetic_images(4, (3, 64, 64), num_classes=1000, seed=1)
-    x2, _ = data.synthetic_images(4, (3, 64, 64), num_classes=1000, seed=1)
+    x, y = synthetic.synthetic_images(4, (3, 64, 64), num_classes=1000, seed=1)
+    x2, _ = synthetic.synthetic_images(4, (3, 64, 64), num_classes=1000, seed=1)
     assert x.shape == (4, 3, 64, 64) and y.shape == (4,) and int(y.max()) < 1000
     assert torch.equal(x, x2)

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from dltutor import scaling
-from dltutor.ddp import param_checksum, tagged_lines
-from dltutor.launch import launch
+from dltutor.ddp import scaling
+from dltutor.core.course import tagged_lines
+from dltutor.ddp.by_hand import param_checksum
+from dltutor.launch.run import launch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -174,7 +175,7 @@ def test_lab_no_overlap_strong_scaling(tmp_path):
 
 def test_lab_runs_as_plain_python(monkeypatch, capsys):
     """`python train.py`: one process, no process group, the LR left unscaled (W = 1)."""
-    from dltutor.launch_backends import RANK_ENV
+    from dltutor.core.dist import RANK_ENV
     for name in RANK_ENV:  # as if started by plain python, even inside a Slurm job
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # dist.init leaves the thread count alone

@@ -17,11 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from dltutor import bertlab, membudget, memory
-from dltutor.engines import engine_env
-from dltutor.launch import LaunchError, launch
-from dltutor.models import count_parameters
-from dltutor.models_bert import build_bert
+from dltutor.zero import bert_lab
+from dltutor.zero import budget
+from dltutor.zero import memory
+from dltutor.core.engines import engine_env
+from dltutor.launch.results import LaunchError
+from dltutor.launch.run import launch
+from dltutor.single.models import count_parameters
+from dltutor.zero.bert import build_bert
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = ROOT / "course" / "labs" / "04_deepspeed"
@@ -99,12 +102,16 @@ def _run_lab_main(argv):
 
 def test_missing_or_malformed_config_is_one_clear_error(tmp_path, monkeypatch):
     code, err = _run_lab_main(["--tiny", "--deepspeed_config", str(tmp_path / "nope.json")])
-    assert code == 2 and "not found" in err and "Traceback" not in err, err
+    assert code == 2 and "no such file" in err and "usage:" in err and "Traceback" not in err, err
+    wrong_stage = tmp_path / "stage7.json"
+    wrong_stage.write_text('{"zero_optimization": {"stage": 7}}')
+    code, err = _run_lab_main(["--tiny", "--deepspeed_config", str(wrong_stage)])
+    assert code == 2 and "stage is 7" in err and "0, 1, 2 and 3" in err and "Traceback" not in err
     bad = tmp_path / "bad.json"
     bad.write_text('{"zero_optimization": {"stage": 3,}}')
     code, err = _run_lab_main(["--tiny", "--deepspeed_config", str(bad)])
     assert code == 2 and "not valid JSON" in err and "line 1" in err and "Traceback" not in err
-    monkeypatch.delenv(bertlab.NVME_ENV, raising=False)
+    monkeypatch.delenv(bert_lab.NVME_ENV, raising=False)
     code, err = _run_lab_main(["--tiny", "--deepspeed_config",
                                str(LAB / "configs" / "zero3_offload_nvme.json")])
     assert code == 2 and "--nvme_path" in err, err
@@ -164,7 +171,7 @@ def test_budget_plain_ooms_zero3_fits(tmp_path):
         launch(str(LAB / "train_bert.py"), nproc=1, args=BUDGET_SIZE, env=env, echo=False,
                timeout=600, log_dir=tmp_path / "plain")
     text = str(exc.value) + (tmp_path / "plain" / "rank0.log").read_text()
-    assert membudget.is_out_of_memory(text) and "OUT OF MEMORY during" in text, text[-2000:]
+    assert budget.is_out_of_memory(text) and "OUT OF MEMORY during" in text, text[-2000:]
     z3 = launch(str(LAB / "train_bert_ds.py"), nproc=2, env=env, echo=False, timeout=600,
                 args=BUDGET_SIZE + ["--deepspeed_config", str(LAB / "configs" / "zero3.json")],
                 log_dir=tmp_path / "z3")

@@ -1,4 +1,4 @@
-"""dltutor.dist: rank detection for each launcher, printing, reporting, seeding, sessions."""
+"""dltutor.core.dist: rank detection for each launcher, printing, reporting, seeding, sessions."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dltutor import dist
-from dltutor import env as dlenv
+from dltutor.core import dist
+from dltutor.core import env as dlenv
+from dltutor.core import device
 
 LAB = Path(__file__).parent / "scripts" / "tiny_lab.py"
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
@@ -45,11 +46,21 @@ def test_detect_torchrun_wins_over_the_surrounding_slurm_job():
 def test_detect_slurm_derives_address_and_port(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")  # no scontrol: the node list is parsed here
     info = dist.detect({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8",
+                        "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "8",
                         "SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "nid[0012-0015,0020]"})
     assert (info["launcher"], info["rank"], info["local_rank"], info["world_size"]) == (
         "slurm", 5, 1, 8)
     assert info["master_addr"] == "nid0012"
     assert info["master_port"] == 20000 + 123456 % 10000
+
+
+def test_a_batch_script_or_a_jupyter_job_is_one_process_not_rank_0_of_the_job():
+    # what `sbatch --ntasks 2` gives its batch script (and batchspawner its server): no step id
+    job = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "9",
+           "SLURM_JOB_NODELIST": "c1"}
+    assert dist.detect(job)["launcher"] == "single" and dist.detect(job)["world_size"] == 1
+    step = {**job, "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"}
+    assert (dist.detect(step)["launcher"], dist.detect(step)["rank"]) == ("slurm", 1)
 
 
 def test_first_host():
@@ -88,7 +99,7 @@ def test_rank_print_and_report(clean, capsys):
     assert json.loads(out[1].split(" ", 1)[1]) == record == {
         "rank": 1, "world_size": 2, "loss": 0.25, "step": 3}
     assert len(out) == 2
-    clean.setenv(dist.PREFIXED_ENV, "1")                   # under dltutor.launch
+    clean.setenv(dist.PREFIXED_ENV, "1")                   # under dltutor.launch.run
     dist.rank_print("plain")
     assert capsys.readouterr().out == "plain\n"
 
@@ -119,7 +130,7 @@ def test_session_single_process_sets_threads_and_tears_down(clean):
         with dist.session() as ctx:
             assert (ctx.rank, ctx.world_size, ctx.is_distributed, ctx.launcher) == (
                 0, 1, False, "single")
-            assert str(ctx.device) == str(dlenv.device())
+            assert str(ctx.device) == str(device.device())
             assert dist.context() is ctx
             assert torch.get_num_threads() == dlenv.threads_per_rank(1)
         assert dist.context() is None
@@ -136,6 +147,7 @@ def test_init_from_slurm_variables_in_a_single_task_world(tmp_path):
     (fake / "scontrol").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
     env.update(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NTASKS="1", SLURM_JOB_ID="7777",
+               SLURM_STEP_ID="0", SLURM_STEP_NUM_TASKS="1",
                SLURM_JOB_NODELIST="node[7-9]", OMP_NUM_THREADS="1",
                PATH=f"{fake}{os.pathsep}{env.get('PATH', '')}")
     done = subprocess.run([sys.executable, str(LAB)], env=env, capture_output=True, text=True,

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from dltutor import engines
-from dltutor.launch import free_port
+from dltutor.core import engines
+from dltutor.core.env import extensions_dir
+from dltutor.core.dist import free_port
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -110,7 +111,7 @@ def test_deepspeed_zero2_two_ranks_cpu_adam():
     missing = [op for op in ("cpu_adam", "deepspeed_shm_comm")
                if info["details"].get(op) not in ("built", None)]
     if missing:
-        pytest.fail(f"DeepSpeed ops {missing} are not prebuilt in {engines.extensions_dir()} "
+        pytest.fail(f"DeepSpeed ops {missing} are not prebuilt in {extensions_dir()} "
                     f"(the test would spend minutes compiling them): {engines.WARM_FIX}")
     cmd = [str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(free_port()), str(HERE / "engines_ds_worker.py")]

@@ -71,13 +71,14 @@ def test_committed_notebooks_have_no_outputs():
 def test_notebooks_open_with_parameters_and_doctor():
     for path in sorted((ROOT / "course" / "notebooks").glob("*.ipynb")):
         nb = json.loads(path.read_text())
-        assert nb["metadata"]["kernelspec"]["name"] == "python3", path.name
+        assert nb["metadata"]["kernelspec"]["name"] == "dltutor", path.name   # no prompt
         text = "".join("".join(c["source"]) for c in nb["cells"][:4] if c["cell_type"] == "markdown")
+        assert "python -m dltutor kernel install" in text, f"{path.name}: no fix for a missing kernel"
         for heading in ("What you'll do", "What you'll learn", "What you need"):
             assert heading in text, f"{path.name}: first cells lack '{heading}'"
         tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
         assert len(tagged) == 1, f"{path.name}: needs exactly one cell tagged 'parameters'"
-        assert any("dltutor.doctor()" in "".join(c["source"]) for c in nb["cells"][:8]), path.name
+        assert any("doctor()" in "".join(c["source"]) for c in nb["cells"][:8]), path.name
 
 
 def test_doctor_table_and_cli(tmp_path):
@@ -94,12 +95,13 @@ def test_doctor_table_and_cli(tmp_path):
 
 
 def test_doctor_flags_a_missing_engine(monkeypatch, capsys):
-    from dltutor import engines, envcheck
+    from dltutor.core import engines
+    from dltutor import doctor
     monkeypatch.setattr(engines, "horovod_info",
                         lambda: {"importable": False, "fix": "bash scripts/build_horovod.sh .venv/bin/python"})
-    rows = envcheck.doctor()
+    rows = doctor.doctor()
     bad = [r for r in rows if r.name == "horovod"]
-    assert bad and bad[0].status == envcheck.PROBLEM and "build_horovod" in bad[0].fix
+    assert bad and bad[0].status == doctor.PROBLEM and "build_horovod" in bad[0].fix
     assert "-> bash scripts/build_horovod.sh" in capsys.readouterr().out
 
 
@@ -109,15 +111,26 @@ def test_cli_data_stage_needs_a_source():
     assert out.returncode == 2 and "--from DIR" in out.stderr
 
 
-def test_kernel_install_registers_a_kernel(tmp_path):
-    from dltutor.cli import kernel_install
-    kernel_install("dltutor-test", str(tmp_path), "test kernel")
-    spec = json.loads((tmp_path / "share/jupyter/kernels/dltutor-test/kernel.json").read_text())
-    assert spec["argv"][0] == sys.executable and spec["display_name"] == "test kernel"
+def test_kernel_install_writes_the_labs_settings_and_uninstall_removes_it(tmp_path, monkeypatch):
+    from dltutor import cli
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "user"))   # a user install, as on a hub
+    monkeypatch.setenv("DLTUTOR_DATA", str(tmp_path / "scratch-data"))
+    assert cli.main(["kernel", "install", "--name", "dltutor-test"]) == 0
+    spec = json.loads((tmp_path / "user/kernels/dltutor-test/kernel.json").read_text())
+    assert spec["argv"][0] == sys.executable and spec["display_name"] == "Python (dltutor)"
+    assert spec["env"]["DLTUTOR_DATA"] == str(tmp_path / "scratch-data")
+    assert {"TORCH_EXTENSIONS_DIR", "DLTUTOR_CACHE", "DLTUTOR_COURSE"} <= set(spec["env"])
+    assert (Path(spec["env"]["DLTUTOR_COURSE"]) / "labs" / "02_ddp" / "train.py").is_file()
+    assert cli.main(["kernel", "uninstall", "--name", "dltutor-test"]) == 0
+    assert not (tmp_path / "user/kernels/dltutor-test").exists()
+    assert cli.main(["kernel", "uninstall", "--name", "dltutor-test"]) == 2   # one clear line
+    assert cli.main(["kernel", "install", "--name", "dltutor-test", "--scope", "sys-prefix"]) == 0
+    assert (Path(sys.prefix) / "share/jupyter/kernels/dltutor-test/kernel.json").is_file()
+    assert cli.main(["kernel", "uninstall", "--name", "dltutor-test"]) == 0
 
 
 @pytest.mark.parametrize("module", ["deepspeed", "horovod", "matplotlib"])
 def test_import_dltutor_is_light(module):
-    code = f"import sys, dltutor, dltutor.env; print({module!r} in sys.modules)"
+    code = f"import sys, dltutor, dltutor.core.env; print({module!r} in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", f"`import dltutor` imported {module}"

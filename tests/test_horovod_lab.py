@@ -13,7 +13,7 @@ import psutil
 import pytest
 import torch
 
-from dltutor import benchmark
+from dltutor.horovod import benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = ROOT / "course" / "labs" / "03_horovod"
@@ -59,7 +59,7 @@ def _torchrun_cmd(script, *args, np=2):
 
 
 def _free_port():
-    from dltutor.launch import free_port
+    from dltutor.core.dist import free_port
     return free_port()
 
 
@@ -183,7 +183,8 @@ def _survivors(pids, marker):
 
 
 def test_dead_horovod_rank_is_named_and_nothing_survives(horovod_installed, tmp_path):
-    from dltutor.launch import LaunchError, launch
+    from dltutor.launch.results import LaunchError, LaunchTimeout
+    from dltutor.launch.run import launch
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     with pytest.raises(LaunchError) as info:
@@ -192,7 +193,7 @@ def test_dead_horovod_rank_is_named_and_nothing_survives(horovod_installed, tmp_
     err = info.value
     assert err.ranks and err.ranks[0] == 1, f"blamed {err.ranks}: {err}"
     assert "rank 1" in str(err) and "fails on purpose" in str(err), str(err)
-    assert not isinstance(err, __import__("dltutor.launch").launch.LaunchTimeout)
+    assert not isinstance(err, LaunchTimeout)
     pids = {int(f.read_text()) for f in pid_dir.glob("*.pid")}
     assert len(pids) == 2, f"both ranks should have started, pid files: {sorted(pid_dir.iterdir())}"
     time.sleep(0.5)
@@ -201,7 +202,7 @@ def test_dead_horovod_rank_is_named_and_nothing_survives(horovod_installed, tmp_
 
 
 def test_sweep_setting_passes_each_value_and_adds_the_run_already_made(monkeypatch):
-    from dltutor import hvdlab
+    from dltutor.horovod import runs
     seen = []
 
     def fake_run(engine, nproc, args, env=None, timeout=0, echo=True, label=None):
@@ -210,26 +211,26 @@ def test_sweep_setting_passes_each_value_and_adds_the_run_already_made(monkeypat
         return {"cycle_time_ms": cycle, "step_time_s": cycle / 100, "img_sec_conf": 1.0,
                 "img_sec_per_worker": 10.0, "run": "x"}
 
-    monkeypatch.setattr(hvdlab, "run_benchmark", fake_run)
+    monkeypatch.setattr(runs, "run_benchmark", fake_run)
     done = {"cycle_time_ms": 50.0, "step_time_s": 0.2, "img_sec_conf": 2.0,
             "img_sec_per_worker": 10.0, "run": "horovod x2"}
-    out = hvdlab.sweep_setting("HOROVOD_CYCLE_TIME", [10, 1], ["--tiny"], done=done)
+    out = runs.sweep_setting("HOROVOD_CYCLE_TIME", [10, 1], ["--tiny"], done=done)
     assert seen == [("horovod", 2, {"HOROVOD_CYCLE_TIME": "10"}),
                     ("horovod", 2, {"HOROVOD_CYCLE_TIME": "1"})]
     assert [(v, t, run) for v, t, _, run in out] == [
         (1.0, 0.01, "HOROVOD_CYCLE_TIME=1"), (10.0, 0.1, "HOROVOD_CYCLE_TIME=10"),
         (50.0, 0.2, "horovod x2 (run above)")]
     assert out[2][2] == pytest.approx(0.2 * 2.0 / 10.0)       # the spread, in seconds per step
-    assert len(hvdlab.sweep_setting("HOROVOD_CYCLE_TIME", [50], [], done=done)) == 1
+    assert len(runs.sweep_setting("HOROVOD_CYCLE_TIME", [50], [], done=done)) == 1
 
 
 def test_setting_sweeps_plot_marks_the_labs_values_and_ddp(capsys):
     import matplotlib
     matplotlib.use("Agg")
-    from dltutor import hvdviz
+    from dltutor.horovod import plots
     fusion = [(0.0, 0.5, 0.1, "off"), (float(32 * 2**20), 0.4, 0.05, "lab")]
     cycle = [(1.0, 0.45, 0.02, "1 ms"), (50.0, 0.4, 0.05, "lab")]
-    fig = hvdviz.plot_setting_sweeps(fusion, cycle, {"fusion_threshold_bytes": 32 * 2**20,
+    fig = plots.plot_setting_sweeps(fusion, cycle, {"fusion_threshold_bytes": 32 * 2**20,
                                                      "cycle_time_ms": 50.0},
                                      {"step_time_s": 0.38}, "test")
     out = capsys.readouterr().out

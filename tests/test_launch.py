@@ -1,4 +1,4 @@
-"""dltutor.launch: real multi-process launches on gloo, fault injection, and the command builders.
+"""dltutor.launch.run: real multi-process launches on gloo, fault injection, and the command builders.
 
 Every launch is given a unique TEST_TAG variable; after it, no live process may still carry it.
 """
@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -17,10 +18,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dltutor import env as dlenv
-from dltutor import launch as L
-from dltutor.launch_backends import (HorovodBackend, PythonBackend, TorchrunBackend, clean_env,
-                                     get_backend)
+from dltutor.core import env as dlenv
+from dltutor.launch import run as L
+from dltutor.launch.results import LaunchError, LaunchTimeout
+from dltutor.launch.run import get_backend
+from dltutor.launch.processes import clean_env
+from dltutor.launch.backends import HorovodBackend, PythonBackend, TorchrunBackend
 
 LAB = Path(__file__).parent / "scripts" / "tiny_lab.py"      # imports torch, uses gloo
 LIGHT = Path(__file__).parent / "scripts" / "light_rank.py"  # no torch: fast fault tests
@@ -99,7 +102,7 @@ def test_busy_port_is_retried_on_another_port(tmp_path, tag, monkeypatch, capsys
 @pytest.mark.slow
 def test_crashed_rank_is_named_within_30s(tmp_path, tag):
     # rank 1 raises after init; rank 0 is then blocked in an all_reduce it can never finish
-    with pytest.raises(L.LaunchError) as info:
+    with pytest.raises(LaunchError) as info:
         L.launch(LAB, nproc=2, args=["--mode", "crash", "--rank", "1"], log_dir=tmp_path / "run",
                  env={"TEST_TAG": tag}, timeout=120, echo=False)
     raised = time.time()
@@ -112,10 +115,52 @@ def test_crashed_rank_is_named_within_30s(tmp_path, tag):
 
 
 @pytest.mark.slow
+def test_sigkilled_rank_is_named(tmp_path, tag):
+    # rank 1 is SIGKILLed (as by the OOM killer); torchrun SIGTERMs rank 0, which was waiting
+    with pytest.raises(LaunchError) as info:
+        L.launch(LAB, nproc=2, args=["--mode", "sigkill", "--rank", "1"], log_dir=tmp_path / "run",
+                 env={"TEST_TAG": tag}, timeout=120, echo=False)
+    assert info.value.ranks == [1] and str(info.value).startswith("rank 1 failed"), str(info.value)
+
+
+def test_blame_under_torchrun_keeps_a_sigkilled_rank():
+    from dltutor.launch.results import blame_ranks
+    codes, quiet = {0: -15, 1: -9}, (lambda r: "")   # rank 0 stopped by torchrun, 1 killed
+    assert blame_ranks(codes, quiet, TorchrunBackend.stop_codes) == [1]
+    assert blame_ranks(codes, quiet) == [0, 1]       # srun's rule: both could be srun's doing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_kernel_takes_its_whole_launch_with_it(tmp_path, tag, how):
+    # the "kernel" is a python process running launch(); it is killed as a restart or cull would
+    marker = tmp_path / "up"
+    code = (f"from dltutor.launch.run import launch; launch({str(LIGHT)!r}, nproc=2, "
+            f"args=['--mode', 'sleep', '--ignore-term', '--marker', {str(marker)!r}], "
+            f"env={{'TEST_TAG': {tag!r}}}, timeout=600, echo=False)")
+    kernel = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        deadline = time.time() + 90
+        while not all(Path(f"{marker}.{r}").exists() for r in (0, 1)):
+            assert time.time() < deadline and kernel.poll() is None, "the ranks never came up"
+            time.sleep(0.2)
+        assert len(tagged(tag)) >= 3                      # torchrun and both ranks
+        kernel.send_signal(how)
+        kernel.wait(timeout=10)
+        gone_by = time.time() + 10
+        while tagged(tag) and time.time() < gone_by:
+            time.sleep(0.2)
+        assert tagged(tag) == [], f"still running 10 s after the kernel died: {tagged(tag)}"
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+
+
+@pytest.mark.slow
 def test_watchdog_kills_ranks_that_ignore_sigterm(tmp_path, tag, monkeypatch):
     monkeypatch.setattr(L, "TERM_GRACE", 1.0)
     # torchrun waits 30 s before SIGKILL on a rank that ignores SIGTERM; the watchdog does not
-    with pytest.raises(L.LaunchError) as info:
+    with pytest.raises(LaunchError) as info:
         L.launch(LIGHT, nproc=2, args=["--mode", "crash", "--rank", "1", "--ignore-term"],
                  log_dir=tmp_path / "run", env={"TEST_TAG": tag}, timeout=120, echo=False)
     raised = time.time()
@@ -127,7 +172,7 @@ def test_watchdog_kills_ranks_that_ignore_sigterm(tmp_path, tag, monkeypatch):
 @pytest.mark.slow
 def test_timeout_kills_everything_and_names_running_ranks(tmp_path, tag, monkeypatch):
     monkeypatch.setattr(L, "TERM_GRACE", 1.0)              # rank 1 ignores SIGTERM: SIGKILL
-    with pytest.raises(L.LaunchTimeout) as info:
+    with pytest.raises(LaunchTimeout) as info:
         L.launch(LIGHT, nproc=2, args=["--mode", "hang", "--rank", "1", "--ignore-term",
                                        "--marker", str(tmp_path / "up")],
                  log_dir=tmp_path / "run", env={"TEST_TAG": tag}, timeout=20, echo=False)
@@ -267,3 +312,18 @@ def test_free_port_is_bindable():
     port = L.free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+
+
+def test_more_ranks_than_cores_or_gpus_is_refused_unless_asked(monkeypatch, tmp_path):
+    from dltutor.core import device, env
+    from dltutor.launch.processes import check_capacity
+    monkeypatch.setattr(env, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(device, "gpu_count", lambda: 0)
+    with pytest.raises(ValueError, match="64 ranks on 2 CPU core.*oversubscribe=True"):
+        L.launch(LAB, nproc=64, args=[], log_dir=tmp_path / "logs")
+    assert not (tmp_path / "logs").exists()          # refused before anything started
+    check_capacity(64, oversubscribe=True)            # asked for explicitly: allowed
+    check_capacity(2)
+    monkeypatch.setattr(device, "gpu_count", lambda: 1)
+    with pytest.raises(ValueError, match="2 ranks on a node with 1 GPU"):
+        check_capacity(2)

@@ -1,7 +1,7 @@
-"""dltutor.models: output shapes and parameter counts."""
+"""dltutor.single.models: output shapes and parameter counts."""
 import torch
 
-from dltutor import models
+from dltutor.single import models
 
 
 def test_cifar_resnet18_shape_and_size():

@@ -1,10 +1,10 @@
-"""dltutor.ringviz: the ring all-reduce widget steps, relabels and models time (no browser)."""
+"""dltutor.allreduce.visualizer: the ring all-reduce widget steps, relabels and models time (no browser)."""
 import pytest
 
 import ipywidgets  # noqa: F401  (installed by the set-up: a missing widget library must fail)
 
-from dltutor import costmodel as cm
-from dltutor.ringviz import RingVisualizer, cell_colour, grid_html
+from dltutor.allreduce import cost as cm
+from dltutor.allreduce.visualizer import RingVisualizer, cell_colour, grid_html
 
 
 def test_next_prev_and_phase_text():

@@ -3,7 +3,7 @@
 The session fixture starts slurmctld + slurmd (and munged if needed) and stops at the end only what
 it started. Slurm missing is a failure, not a skip: `bash scripts/setup.sh --test` installs it.
 """
-import os
+
 import re
 import shutil
 import subprocess
@@ -12,40 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from dltutor import sites, slurm
+from dltutor.launch import sites
+from dltutor.launch import slurm
+from conftest import _cluster
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "slurm_local.sh"
 LAB = ROOT / "tests" / "scripts" / "slurm_allreduce.py"
 JOB_TIMEOUT = 300   # a 2-rank job imports torch twice: slow on a busy 2-core CI machine
-
-
-def _cluster(action, timeout=180):
-    return subprocess.run(["bash", str(SCRIPT), action], capture_output=True, text=True,
-                          timeout=timeout)
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    missing = [t for t in ("sbatch", "srun", "slurmctld", "slurmd", "munged") if not shutil.which(t)]
-    if missing:
-        pytest.fail(f"Slurm is not installed ({', '.join(missing)} missing): run "
-                    "`bash scripts/setup.sh --test` (installs slurm-wlm and munge)", pytrace=False)
-    started = _cluster("status").returncode != 0
-    if started:
-        r = _cluster("start")
-        assert r.returncode == 0, f"local Slurm did not start:\n{r.stdout}\n{r.stderr}"
-    conf = re.search(r"export SLURM_CONF=(\S+)", _cluster("env").stdout).group(1)
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = conf   # sbatch/srun/squeue/scontrol of this process and its jobs
-    yield conf
-    if old is None:
-        os.environ.pop("SLURM_CONF", None)
-    else:
-        os.environ["SLURM_CONF"] = old
-    if started:
-        r = _cluster("stop")
-        assert r.returncode == 0, r.stderr
 
 
 def _check_two_ranks(metrics):
@@ -64,7 +37,7 @@ def test_cluster_start_is_idempotent(slurm_cluster):
 
 
 def test_sbatch_two_tasks_submit_poll_and_parse_output_file(slurm_cluster, tmp_path):
-    text = slurm.render_job("local", LAB, nodes=1, tasks_per_node=2, output="%x-%j.out",
+    text = sites.render_job("local", LAB, nodes=1, tasks_per_node=2, output="%x-%j.out",
                             job_name="allreduce")
     job_id = slurm.submit(text, tmp_path, "allreduce")
     assert (tmp_path / "allreduce.sbatch").read_text() == text
@@ -81,7 +54,7 @@ def test_sbatch_two_tasks_submit_poll_and_parse_output_file(slurm_cluster, tmp_p
 def test_multi_node_template_runs_torchrun_per_node(slurm_cluster, tmp_path):
     """The multi-node template (MASTER_ADDR from scontrol show hostnames) with one torchrun per node."""
     site = dict(sites.load_site("local"), template="slurm/multi_node.sbatch.tmpl")
-    text = slurm.render_job(site, LAB, nodes=1, tasks_per_node=2, launcher="torchrun",
+    text = sites.render_job(site, LAB, nodes=1, tasks_per_node=2, launcher="torchrun",
                             job_name="torchrun")
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1' in text
     job_id = slurm.submit(text, tmp_path, "torchrun")
@@ -148,10 +121,10 @@ def test_timeout_then_cancel(slurm_cluster, tmp_path):
 
 
 def test_sigterm_to_the_batch_cli_cancels_the_job(slurm_cluster, tmp_path):
-    """What an interrupted launch() does: SIGTERM `python -m dltutor.slurm batch`, which scancels."""
+    """What an interrupted launch() does: SIGTERM `python -m dltutor.launch.slurm batch`, which scancels."""
     sleeper = tmp_path / "sleeper.py"
     sleeper.write_text("import time\nprint('up', flush=True)\ntime.sleep(300)\n")
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "dltutor.slurm", "batch", "--tasks-per-node",
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "dltutor.launch.slurm", "batch", "--tasks-per-node",
                              "1", "--workdir", str(tmp_path), str(sleeper)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -178,7 +151,7 @@ def test_render_job_for_every_site(name, monkeypatch):
     monkeypatch.setenv("DLTUTOR_ACCOUNT", "proj123")
     site = sites.load_site(name)
     for nodes in (1, 2):
-        text = slurm.render_job(name, "course/labs/02_ddp/train.py", nodes=nodes, args=["--tiny"])
+        text = sites.render_job(name, "course/labs/02_ddp/train.py", nodes=nodes, args=["--tiny"])
         assert "@{" not in text and "${DLTUTOR_ACCOUNT}" not in text
         last = text.rstrip().splitlines()[-1]
         assert last.rstrip('"').endswith("course/labs/02_ddp/train.py --tiny"), last
@@ -210,7 +183,7 @@ def test_render_job_for_every_site(name, monkeypatch):
 
 
 def test_torchrun_line_is_evaluated_per_node_with_quoted_args():
-    text = slurm.render_job("frontera", "/w/my lab.py", nodes=4, args=["--name", "a b$c"])
+    text = sites.render_job("frontera", "/w/my lab.py", nodes=4, args=["--name", "a b$c"])
     last = text.rstrip().splitlines()[-1]
     assert last.startswith('srun --label --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "exec ')
     inner = subprocess.run(["bash", "-c", f"printf '%s\\n' {last.split('bash -c ', 1)[1]}"],
@@ -220,7 +193,7 @@ def test_torchrun_line_is_evaluated_per_node_with_quoted_args():
 
 def test_account_placeholder_is_refused_until_set(monkeypatch, tmp_path):
     monkeypatch.delenv("DLTUTOR_ACCOUNT", raising=False)
-    text = slurm.render_job("perlmutter", "train.py", nodes=2)
+    text = sites.render_job("perlmutter", "train.py", nodes=2)
     assert "#SBATCH --account=${DLTUTOR_ACCOUNT}" in text   # visible, never a real account
     with pytest.raises(slurm.SlurmError, match="export DLTUTOR_ACCOUNT="):
         slurm.submit(text, tmp_path)
@@ -231,9 +204,9 @@ def test_unknown_site_and_bad_sizes():
     with pytest.raises(ValueError, match="no site profile 'nowhere'; known: .*frontera"):
         sites.load_site("nowhere")
     with pytest.raises(ValueError, match="nodes and tasks_per_node must be >= 1"):
-        slurm.render_job("local", "x.py", nodes=0)
+        sites.render_job("local", "x.py", nodes=0)
     with pytest.raises(ValueError, match="unknown launcher"):
-        slurm.render_job("local", "x.py", launcher="ibrun")
+        sites.render_job("local", "x.py", launcher="ibrun")
 
 
 def test_without_slurm_run_batch_returns_the_script_and_why(monkeypatch):
@@ -246,7 +219,7 @@ def test_without_slurm_run_batch_returns_the_script_and_why(monkeypatch):
     assert res.script.startswith("#!/bin/bash") and "#SBATCH --ntasks-per-node=2" in res.script
     assert str(LAB) in res.script
     r = subprocess.run([sys.executable, "-c", "import shutil, sys; shutil.which = lambda *a, **k: None; "
-                        "from dltutor import slurm; sys.argv[0] = 'x'; sys.exit(slurm.main(sys.argv[1:]))",
+                        "from dltutor.launch import slurm; sys.argv[0] = 'x'; sys.exit(slurm.main(sys.argv[1:]))",
                         "batch", str(LAB)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "not submitted: no `sbatch`" in r.stderr and "#SBATCH" in r.stdout
 
@@ -300,18 +273,18 @@ def test_backend_uses_srun_overlap_inside_an_allocation_else_a_batch_job(monkeyp
     assert env == {"MASTER_PORT": "29511"} and not backend.local
     monkeypatch.delenv("SLURM_JOB_ID")
     cmd, env = backend.command("lab.py", 2, ["--tiny"], port=29511, log_dir=tmp_path, python="py")
-    assert cmd[:4] == ["py", "-u", "-m", "dltutor.slurm"] and cmd[-2:] == ["lab.py", "--tiny"]
+    assert cmd[:4] == ["py", "-u", "-m", "dltutor.launch.slurm"] and cmd[-2:] == ["lab.py", "--tiny"]
     assert cmd[cmd.index("--tasks-per-node") + 1] == "2" and env == {}
     with pytest.raises(ValueError, match="do not split evenly"):
         slurm.SlurmBackend(nodes=2).check(3)
 
 
-# ---- through dltutor.launch (the lead registers SlurmBackend as backend='slurm') ---------------
+# ---- through dltutor.launch.run (the lead registers SlurmBackend as backend='slurm') ---------------
 
 @pytest.fixture
 def launch_slurm(monkeypatch):
-    from dltutor import launch, launch_backends
-    monkeypatch.setitem(launch_backends.BACKENDS, "slurm", slurm.SlurmBackend(site="local"))
+    from dltutor.launch import run as launch
+    monkeypatch.setitem(launch.BACKENDS, "slurm", slurm.SlurmBackend(site="local"))
     return launch.launch
 
 
@@ -330,7 +303,7 @@ def test_launch_backend_slurm_batch_job(slurm_cluster, launch_slurm, tmp_path, m
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     res = launch_slurm(LAB, nproc=2, backend="slurm", log_dir=tmp_path, timeout=JOB_TIMEOUT,
                        echo=False)
-    assert res.returncode == 0 and res.command[1:4] == ["-u", "-m", "dltutor.slurm"]
+    assert res.returncode == 0 and res.command[1:4] == ["-u", "-m", "dltutor.launch.slurm"]
     _check_two_ranks(res.metrics)
     assert "1: " not in res.logs[1].read_text() and "DLTUTOR_METRICS" in res.logs[1].read_text()
     assert list((tmp_path / "slurm").glob("dltutor-*.out"))
@@ -345,7 +318,7 @@ def test_launch_backend_slurm_srun_step_in_allocation(allocation, launch_slurm, 
 
 
 def test_launch_backend_slurm_names_the_failed_rank(allocation, launch_slurm, tmp_path):
-    from dltutor.launch import LaunchError
+    from dltutor.launch.results import LaunchError
     with pytest.raises(LaunchError) as info:
         launch_slurm(LAB, nproc=2, backend="slurm", args=["--fail-rank", "1"], log_dir=tmp_path,
                      timeout=JOB_TIMEOUT, echo=False)

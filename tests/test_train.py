@@ -1,4 +1,4 @@
-"""dltutor.train / dltutor.speed and lab 01: learning, exact resume, throughput rows, the lab end to end."""
+"""dltutor.single.train / dltutor.single.speed and lab 01: learning, exact resume, throughput rows, the lab end to end."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,10 @@ import sys
 
 import torch
 
-from dltutor import data, models, speed, train
+from dltutor.data import cifar10, loaders
+from dltutor.single import models
+from dltutor.single import speed
+from dltutor.single import train
 
 LAB = os.path.join(os.path.dirname(__file__), "..", "course", "labs", "01_cifar10", "train.py")
 
@@ -18,8 +21,8 @@ def _tiny():
 
 
 def _synthetic(tmp_path, n_train, n_test, monkeypatch):
-    monkeypatch.setenv(data.OFFLINE_ENV, "1")
-    return data.load_cifar10(root=tmp_path, train_subset=n_train, test_subset=n_test, quiet=True)
+    monkeypatch.setenv(cifar10.OFFLINE_ENV, "1")
+    return cifar10.load_cifar10(root=tmp_path, train_subset=n_train, test_subset=n_test, quiet=True)
 
 
 def test_train_steps_lower_the_loss():
@@ -39,7 +42,7 @@ def test_synthetic_data_is_learnable(tmp_path, monkeypatch):
     torch.manual_seed(0)
     tr, te, info = _synthetic(tmp_path, 1024, 500, monkeypatch)
     assert info["source"] == "SYNTHETIC"
-    train_loader, test_loader = data.device_loaders(tr, te, batch_size=64, device="cpu")
+    train_loader, test_loader = loaders.device_loaders(tr, te, batch_size=64, device="cpu")
     model = _tiny()
     opt, sched = train.make_optimizer(model, lr=0.05, total_steps=3 * len(train_loader))
     h = train.fit(model, train_loader, test_loader, 3, opt, sched, "cpu", progress=False, log=lambda s: None)
@@ -50,7 +53,7 @@ def test_synthetic_data_is_learnable(tmp_path, monkeypatch):
 def _run(tmp_path, monkeypatch, epochs, ckdir, resume):
     torch.manual_seed(0)  # the same start for the full and the resumed run
     tr, te, _ = _synthetic(tmp_path, 192, 64, monkeypatch)
-    train_loader, test_loader = data.make_loaders(tr, te, batch_size=64, workers=0)  # random augmentation
+    train_loader, test_loader = loaders.make_loaders(tr, te, batch_size=64, workers=0)  # random augmentation
     model = _tiny()
     opt, sched = train.make_optimizer(model, lr=0.05, total_steps=3 * len(train_loader))
     return train.fit(model, train_loader, test_loader, epochs, opt, sched, "cpu", checkpoint_dir=ckdir,

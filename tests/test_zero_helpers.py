@@ -9,7 +9,12 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from dltutor import bertlab, membudget, memory, memviz, zerorun
+from dltutor.core.units import GiB
+from dltutor.zero import bert_lab
+from dltutor.zero import budget
+from dltutor.zero import memory
+from dltutor.zero import plots
+from dltutor.zero import runs
 
 matplotlib.use("Agg")
 LAB = Path(__file__).resolve().parents[1] / "course" / "labs" / "04_deepspeed"
@@ -27,7 +32,7 @@ SEED_LIKE_LOG = "\n".join([
 
 
 def test_parse_deepspeed_log_merges_steps_marks_overflow_and_splits_runs():
-    rows = bertlab.parse_deepspeed_log(SEED_LIKE_LOG)
+    rows = bert_lab.parse_deepspeed_log(SEED_LIKE_LOG)
     assert [(r["run"], r["step"]) for r in rows] == [(0, 1), (0, 2), (1, 1)]
     first, second, again = rows
     assert "overflow" not in first and first["lr"] == 1e-4
@@ -45,9 +50,9 @@ def _metrics(stage, total, pred, sps, offload="none"):
 
 
 def test_rows_ratios_and_oom_lines():
-    rows = [zerorun.row_of(_metrics(0, 16 * 2**20, 16 * 2**20, 10.0), "zero0", 2),
-            zerorun.row_of(_metrics(3, 11 * 2**20, 10 * 2**20, 4.0), "zero3", 2)]
-    zerorun.with_speed_ratio(rows)
+    rows = [runs.row_of(_metrics(0, 16 * 2**20, 16 * 2**20, 10.0), "zero0", 2),
+            runs.row_of(_metrics(3, 11 * 2**20, 10 * 2**20, 4.0), "zero3", 2)]
+    runs.with_speed_ratio(rows)
     z3 = rows[1]
     assert z3["label"] == "stage 3" and z3["params"] == 1000 and z3["measured"] == 11
     assert z3["ratio"] == pytest.approx(1.1) and z3["speed_vs_stage0"] == pytest.approx(0.4)
@@ -55,28 +60,28 @@ def test_rows_ratios_and_oom_lines():
     log = ("loading\nOUT OF MEMORY during iteration 0 (Adam step): RuntimeError: x\n"
            "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 8\n"
            "ok\n")
-    assert len(zerorun.allocator_lines(log)) == 2
-    assert membudget.is_out_of_memory("CUDA out of memory. Tried to allocate 2.00 GiB")
-    assert not membudget.is_out_of_memory("loss 3.2, all good")
+    assert len(runs.allocator_lines(log)) == 2
+    assert budget.is_out_of_memory("CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert not budget.is_out_of_memory("loss 3.2, all good")
 
 
 def test_plots_show_every_term_the_capacity_and_honest_labels(monkeypatch):
     monkeypatch.setenv("DLTUTOR_FAST", "1")
     est = memory.estimate_all_stages(10**9, d=4, k_l=2, k_h=4, s=128, b=1, h=1024, L=4, a=16)
-    fig = memviz.plot_memory_stack(est, device_bytes=8 * memory.GiB)
+    fig = plots.plot_memory_stack(est, device_bytes=8 * GiB)
     ax = fig.axes[0]
     assert len(ax.containers) == 4 and all(len(c) == 4 for c in ax.containers)  # terms x stages
     stage0_total = sum(c[0].get_height() for c in ax.containers)
-    assert stage0_total == pytest.approx(est[0].total / memory.GiB)
+    assert stage0_total == pytest.approx(est[0].total / GiB)
     assert any(ln.get_ydata()[0] == 8 for ln in ax.get_lines())       # the capacity line
     assert "on paper" in ax.get_title()
     rows = [dict(label="stage 0", ranks=2, predicted=16.0, measured=16.0, ratio=1.0,
                  params_MiB=4.0, grads_MiB=4.0, optimizer_MiB=8.0, samples_per_s=10.0,
                  speed_vs_stage0=1.0)]
-    title = memviz.plot_predicted_vs_measured(rows, budget_mib=20).axes[0].get_title()
+    title = plots.plot_predicted_vs_measured(rows, budget_mib=20).axes[0].get_title()
     assert "CPU/gloo" in title or "GPU/nccl" in title
     assert "fast mode" in title
-    assert "fast mode" in memviz.plot_samples_per_s(rows).axes[0].get_title()
+    assert "fast mode" in plots.plot_samples_per_s(rows).axes[0].get_title()
 
 
 def test_sweep_lab_rejects_an_unknown_config_before_starting():
@@ -88,13 +93,13 @@ def test_sweep_lab_rejects_an_unknown_config_before_starting():
             runpy.run_path(str(LAB / "sweep_zero.py"), run_name="__main__")
     finally:
         sys.argv = old
-    assert exc.value.code == 2 and "nope.json" in err.getvalue() and "not found" in err.getvalue()
+    assert exc.value.code == 2 and "unknown ['nope']" in err.getvalue() and "zero3" in err.getvalue()
 
 
 def test_budget_rows_put_the_plain_run_first_with_its_formula():
-    from dltutor import zerorun
+    from dltutor.zero import runs
     z3 = dict(ranks=2, params=1 << 20, predicted=9.6, measured=10.2)
-    rows = zerorun.budget_rows({"oom": True}, [("ZeRO-3, 2 ranks", z3)])
+    rows = runs.budget_rows({"oom": True}, [("ZeRO-3, 2 ranks", z3)])
     assert rows[0] == dict(run="plain PyTorch, 1 process", ranks=1, result="OUT OF MEMORY",
                            formula_MiB=16, held_MiB="-")
     assert rows[1] == dict(run="ZeRO-3, 2 ranks", ranks=2, result="trained", formula_MiB=10, held_MiB=10)

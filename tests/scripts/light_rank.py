@@ -3,17 +3,17 @@
   torchrun --nproc-per-node 2 light_rank.py --mode hang --rank 1
 
 Modes: ok (print and report), crash (--rank raises; the others sleep, with --ignore-term even
-through SIGTERM), hang (--rank sleeps forever; the others finish).
+through SIGTERM), hang (--rank sleeps forever; the others finish), sleep (every rank sleeps).
 """
 import argparse
 import os
 import signal
 import time
 
-from dltutor import dist
+from dltutor.core import dist
 
 p = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-p.add_argument("--mode", choices=["ok", "crash", "hang"], default="ok")
+p.add_argument("--mode", choices=["ok", "crash", "hang", "sleep"], default="ok")
 p.add_argument("--rank", type=int, default=1, help="the rank that crashes or hangs")
 p.add_argument("--ignore-term", action="store_true", help="sleeping ranks ignore SIGTERM")
 p.add_argument("--marker", default=None, help="each rank touches <marker>.<rank> once running")
@@ -31,7 +31,7 @@ if a.mode == "crash" and rank == a.rank:
     print(f"CRASH_AT {time.time()}", flush=True)
     raise RuntimeError(f"rank {rank} fails on purpose")
 survivor = a.mode == "crash" and rank != a.rank
-if survivor or (a.mode == "hang" and rank == a.rank):
+if survivor or (a.mode == "hang" and rank == a.rank) or a.mode == "sleep":
     if a.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     while True:

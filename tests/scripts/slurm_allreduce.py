@@ -12,7 +12,7 @@ import sys
 import torch
 import torch.distributed as tdist
 
-from dltutor import dist
+from dltutor.core import dist
 
 p = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 p.add_argument("--fail-rank", type=int, default=None, help="this rank exits before the all_reduce")

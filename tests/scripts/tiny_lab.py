@@ -5,7 +5,7 @@
   python tiny_lab.py --mode crash --crash-rank 1      rank 1 dies while the others wait
 
 Modes: ok (all_reduce and report), crash (one rank raises after init while the others block in
-a collective), hang (one rank sleeps forever, --ignore-term: even through SIGTERM; the others finish).
+a collective), sigkill (the same, but the rank is SIGKILLed, as the OOM killer does), hang (one rank sleeps forever, --ignore-term: even through SIGTERM; the others finish).
 """
 import argparse
 import os
@@ -16,10 +16,10 @@ import time
 import torch
 import torch.distributed as tdist
 
-from dltutor import dist
+from dltutor.core import dist
 
 p = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-p.add_argument("--mode", choices=["ok", "crash", "hang"], default="ok")
+p.add_argument("--mode", choices=["ok", "crash", "sigkill", "hang"], default="ok")
 p.add_argument("--rank", type=int, default=1, help="the rank that crashes or hangs")
 p.add_argument("--ignore-term", action="store_true", help="hanging ranks ignore SIGTERM")
 p.add_argument("--marker", default=None, help="each rank touches <marker>.<rank> once running")
@@ -33,12 +33,14 @@ with dist.session() as ctx:
         print(f"line {i} from rank {ctx.rank}", flush=True)
     if a.marker:
         open(f"{a.marker}.{ctx.rank}", "w").close()
-    if a.mode == "crash":
+    if a.mode in ("crash", "sigkill"):
         if ctx.is_distributed:
             tdist.barrier()  # everyone is up
         if ctx.rank == a.rank:
             time.sleep(0.5)
             print(f"CRASH_AT {time.time()}", flush=True)
+            if a.mode == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"rank {ctx.rank} fails on purpose")
         if a.ignore_term:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -4,24 +4,23 @@ Every rank holds a full replica of the model, trains on its own 1/W shard of eac
 (DistributedSampler) and averages gradients with all-reduce after backward, so the replicas stay
 identical. Lines that exist only because of distribution end in a comment tagged DDP.
 
-Launch forms (the script is the same in all of them):
-  python train.py --tiny                                  1 process, no process group
-  torchrun --nproc-per-node 2 train.py --tiny             2 ranks on this node
-  python -m torch.distributed.run --nproc-per-node 4 train.py     (same, without the torchrun shim)
+Launch forms (run in this lab's folder; the script is the same in all of them):
+  python train.py --tiny                                  # 1 process, no process group
+  torchrun --nproc-per-node 2 train.py --tiny             # 2 ranks on this node
+  python -m torch.distributed.run --nproc-per-node 2 train.py --tiny   # the same, no torchrun shim
   torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
-           --rdzv-endpoint $MASTER_ADDR:29500 train.py    2 nodes x 4 GPUs, run once per node
-  srun --ntasks 8 --ntasks-per-node 4 --gpus-per-task 1 python train.py
-                                                          Slurm: one task per GPU; dltutor.dist
-                                                          reads SLURM_PROCID/SLURM_NTASKS and
-                                                          MASTER_ADDR from the node list
-  sbatch job.sbatch                                       a job script rendered from a site profile
-                                                          (course/labs/sites/*.toml) by
-                                                          dltutor.slurm.render_job(...)
-  launch("course/labs/02_ddp/train.py", nproc=2, args=["--tiny"])   from a notebook cell
-                                                          (dltutor.launch; backend='slurm' on Slurm)
+           --rdzv-endpoint $MASTER_ADDR:29500 train.py    # 2 nodes x 4 GPUs, run once per node
+  srun --ntasks 2 python train.py --tiny                  # Slurm: one task per rank
+  srun --ntasks 8 --ntasks-per-node 4 --gpus-per-task 1 python train.py   # one task per GPU
+  sbatch --ntasks 2 --wrap "srun python train.py --tiny"  # a batch job: srun starts the ranks
+Under srun, dltutor.core.dist reads SLURM_PROCID/SLURM_NTASKS and MASTER_ADDR from the node list.
+Job scripts for a site (partition, GPUs per node, modules) come from its profile in
+course/labs/sites/*.toml through dltutor.launch.sites.render_job(...). From a notebook cell:
+launch(dltutor.core.course.lab("02_ddp/train.py"), nproc=2, args=["--tiny"]) (dltutor.launch.run;
+backend='slurm' inside a Slurm job).
 
-Backend: nccl on GPUs, gloo on CPUs (dltutor.env.backend()). Data: CIFAR-10 from
-dltutor.data.load_cifar10 (a SYNTHETIC stand-in when it is not available offline; the metrics
+Backend: nccl on GPUs, gloo on CPUs (dltutor.core.device.backend()). Data: CIFAR-10 from
+dltutor.data.cifar10.load_cifar10 (a SYNTHETIC stand-in when it is not available offline; the metrics
 say which). No augmentation: the lab measures scaling, not the best accuracy.
 
 Scaling modes: --weak keeps the per-rank batch (global batch = W x per-rank batch); --strong keeps
@@ -32,14 +31,12 @@ base batch), ramped up linearly over --warmup-steps (or --warmup-epochs) from lr
 Gradient communication: by default DDP all-reduces gradient buckets of --bucket-cap-mb MB while
 backward is still running (overlap). --no-overlap runs backward under DDP's no_sync() (no
 communication at all) and then all-reduces every gradient in one flat buffer by hand, after
-backward has finished (dltutor.ddp.allreduce_gradients): same result, no overlap.
+backward has finished (dltutor.ddp.by_hand.allreduce_gradients): same result, no overlap.
 
 Each rank prints one `DLTUTOR_METRICS {json}` line: img/s (own and global), step time, loss curve
 (averaged over ranks), lr curve, world size, hardware label (CPU/gloo or GPU/nccl), data source.
 """
-import argparse
 import contextlib
-import sys
 import time
 
 import torch
@@ -48,54 +45,56 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # DDP:
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler  # DDP:
 
-from dltutor import data, dist, env, models
-from dltutor.ddp import allreduce_gradients, param_checksum
-from dltutor.scaling import scaled_lr, split_batch, warmup_factor
+from dltutor.core import dist, flags
+from dltutor.core.device import hardware_label
+from dltutor.core.train_step import train_step
+from dltutor.data import cifar10
+from dltutor.data.loaders import to_device_tensors
+from dltutor.single import models
+from dltutor.ddp.by_hand import allreduce_gradients, param_checksum
+from dltutor.ddp.run_stats import reduce_run_stats
+from dltutor.ddp.scaling import scaled_lr, split_batch, warmup_factor
 
 TINY = dict(width=4, train_subset=256, test_subset=128, per_rank_batch=16, global_batch=32,
             epochs=2, warmup_steps=0, log_every=4)
 
 
 def parse_args(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--tiny", action="store_true", help=f"CI preset: {TINY}")
-    p.add_argument("--width", type=int, default=64, help="ResNet width (64 = ResNet-18)")
-    p.add_argument("--epochs", type=int, default=30, help="passes over the training set")
-    p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: no limit)")
+    p = flags.parser(__doc__)
+    p.add_argument("--width", type=flags.positive_int, default=64, help="ResNet width (64 = ResNet-18)")
+    p.add_argument("--epochs", type=flags.positive_int, default=30, help="passes over the training set")
+    p.add_argument("--steps", type=flags.nonnegative_int, default=0, help="stop after this many steps (0: no limit)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--weak", dest="scaling", action="store_const", const="weak",
                       help="fixed per-rank batch: global batch = W x --per-rank-batch")
     mode.add_argument("--strong", dest="scaling", action="store_const", const="strong",
                       help="fixed global batch --global-batch, split over the W ranks")
     p.set_defaults(scaling="weak")
-    p.add_argument("--per-rank-batch", type=int, default=128, help="images per rank per step (--weak)")
-    p.add_argument("--global-batch", type=int, default=256, help="images per step, all ranks (--strong)")
-    p.add_argument("--lr", type=float, default=0.1, help="base LR, tuned for --base-batch images")
-    p.add_argument("--base-batch", type=int, default=0,
+    p.add_argument("--per-rank-batch", type=flags.positive_int, default=128, help="images per rank per step (--weak)")
+    p.add_argument("--global-batch", type=flags.positive_int, default=256, help="images per step, all ranks (--strong)")
+    p.add_argument("--lr", type=flags.positive_float, default=0.1, help="base LR, tuned for --base-batch images")
+    p.add_argument("--base-batch", type=flags.nonnegative_int, default=0,
                    help="batch --lr is tuned for (0: the per-rank batch with --weak, "
                         "the global batch with --strong)")
     p.add_argument("--no-scale-lr", action="store_true", help="do not apply the linear scaling rule")
-    p.add_argument("--warmup-steps", type=int, default=500, help="linear LR warm-up steps")
-    p.add_argument("--warmup-epochs", type=float, default=0.0,
+    p.add_argument("--warmup-steps", type=flags.nonnegative_int, default=500, help="linear LR warm-up steps")
+    p.add_argument("--warmup-epochs", type=flags.nonnegative_float, default=0.0,
                    help="warm-up length in epochs; overrides --warmup-steps when > 0")
-    p.add_argument("--warmup-start", type=float, default=None,
+    p.add_argument("--warmup-start", type=flags.fraction, default=None,
                    help="first warm-up LR as a fraction of the peak (None: lr / peak lr)")
-    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
-    p.add_argument("--weight-decay", type=float, default=5e-4, help="SGD weight decay")
-    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
+    p.add_argument("--momentum", type=flags.nonnegative_float, default=0.9, help="SGD momentum")
+    p.add_argument("--weight-decay", type=flags.nonnegative_float, default=5e-4, help="SGD weight decay")
+    p.add_argument("--bucket-cap-mb", type=flags.positive_float, default=25.0, help="DDP gradient bucket size")
     p.add_argument("--no-overlap", action="store_true",
                    help="no_sync() backward, then one flat all-reduce by hand")
-    p.add_argument("--train-subset", type=int, default=0, help="train images (0: all)")
-    p.add_argument("--test-subset", type=int, default=0, help="test images (0: all)")
+    p.add_argument("--train-subset", type=flags.nonnegative_int, default=0, help="train images (0: all)")
+    p.add_argument("--test-subset", type=flags.nonnegative_int, default=0, help="test images (0: all)")
     p.add_argument("--eval", action="store_true", help="test accuracy after training")
-    p.add_argument("--timing-skip", type=int, default=2, help="first steps left out of img/s")
-    p.add_argument("--log-every", type=int, default=50, help="rank 0 prints the loss every N steps")
+    p.add_argument("--timing-skip", type=flags.nonnegative_int, default=2, help="first steps left out of img/s")
+    p.add_argument("--log-every", type=flags.positive_int, default=50, help="rank 0 prints the loss every N steps")
     p.add_argument("--seed", type=int, default=0, help="weights, data and shuffle seed")
-    if "--tiny" in argv:
-        p.set_defaults(**TINY)  # flags given explicitly still win
-    return p.parse_args(argv)
+    flags.add_tiny(p, TINY)
+    return flags.parse(p, argv)
 
 
 def evaluate(model, x, y, ctx, batch=512):
@@ -124,10 +123,10 @@ def main(argv=None):
         start = a.warmup_start if a.warmup_start is not None else a.lr / peak_lr
         dist.seed(a.seed)
 
-        train_ds, test_ds, info = data.load_cifar10(train_subset=a.train_subset or None,
+        train_ds, test_ds, info = cifar10.load_cifar10(train_subset=a.train_subset or None,
                                                     test_subset=a.test_subset or None,
                                                     seed=a.seed, quiet=not ctx.is_main)
-        x, y = data.to_device_tensors(train_ds, "cpu")
+        x, y = to_device_tensors(train_ds, "cpu")
         train_set = TensorDataset(x, y)
         sampler = DistributedSampler(train_set, num_replicas=W, rank=ctx.rank,  # DDP: a 1/W shard
                                      shuffle=True, seed=a.seed, drop_last=True)  # DDP: per rank
@@ -144,10 +143,14 @@ def main(argv=None):
                         bucket_cap_mb=a.bucket_cap_mb)  # DDP: gradients are all-reduced per bucket
         manual = a.no_overlap and ctx.is_distributed
         sync_off = model.no_sync if manual else contextlib.nullcontext  # DDP: --no-overlap
+
+        def by_hand():  # DDP: with --no-overlap, average the gradients here
+            if manual:
+                allreduce_gradients(model.parameters(), W)  # DDP: one flat all-reduce
         opt = torch.optim.SGD(model.parameters(), lr=peak_lr, momentum=a.momentum,
                               weight_decay=a.weight_decay)
         loss_fn = torch.nn.CrossEntropyLoss()
-        dist.rank_print(f"{env.hardware_label()} world_size={W} {a.scaling} scaling: per-rank batch "
+        dist.rank_print(f"{hardware_label(dev)} world_size={W} {a.scaling} scaling: per-rank batch "
                         f"{b}, global batch {B}; lr {a.lr} -> {peak_lr:g} (warm-up {warmup} "
                         f"steps); data {info['source']}; {n_params:,} parameters; "
                         f"{'no overlap' if manual else f'bucket_cap_mb={a.bucket_cap_mb}'}; "
@@ -165,13 +168,10 @@ def main(argv=None):
                 lr = peak_lr * warmup_factor(step, warmup, start)
                 for group in opt.param_groups:
                     group["lr"] = lr
-                opt.zero_grad(set_to_none=True)
-                with sync_off():  # DDP: no_sync() only with --no-overlap
-                    loss = loss_fn(model(xb), yb)
-                    loss.backward()  # DDP: buckets are all-reduced while backward runs
-                if manual:
-                    allreduce_gradients(model.parameters(), W)  # DDP: after backward, by hand
-                opt.step()
+                loss, _ = train_step(  # DDP: DDP's backward all-reduces bucket by bucket
+                    model, opt, xb, yb, loss_fn=loss_fn,
+                    no_sync=sync_off,  # DDP: no_sync() only with --no-overlap
+                    before_step=by_hand)  # DDP: --no-overlap: all-reduce after backward
                 if dev.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
@@ -187,14 +187,9 @@ def main(argv=None):
                 break
         train_time = time.perf_counter() - t_start
 
-        curve = torch.stack(losses).float()
-        timed = torch.tensor(times[a.timing_skip:] or times, dtype=torch.float64)
-        busy = torch.tensor([timed.sum().item()], dtype=torch.float64)
-        if ctx.is_distributed:
-            tdist.all_reduce(curve)  # DDP: the loss curve of the global batch = mean over ranks
-            curve /= W
-            tdist.all_reduce(busy, op=tdist.ReduceOp.MAX)  # DDP: the slowest rank sets the pace
-        acc = evaluate(model.module if ctx.is_distributed else model, *data.to_device_tensors(
+        curve, timed, busy = reduce_run_stats(  # DDP: loss curve = mean over ranks; busy time =
+            losses, times, a.timing_skip, W, dev, ctx.is_distributed)  # DDP: the slowest rank's
+        acc = evaluate(model.module if ctx.is_distributed else model, *to_device_tensors(
             test_ds, "cpu"), ctx) if a.eval else None
         dist.report(img_per_s=b * len(timed) / timed.sum().item(),
                     global_img_per_s=B * len(timed) / busy.item(),
@@ -204,7 +199,7 @@ def main(argv=None):
                     loss_curve=[round(v, 5) for v in curve.tolist()], final_loss=curve[-1].item(),
                     lr_curve=lrs, lr=peak_lr, base_lr=a.lr, warmup_steps=warmup,
                     scaling=a.scaling, per_rank_batch=b, global_batch=B, bucket_cap_mb=a.bucket_cap_mb,
-                    overlap=not manual, hardware=env.hardware_label(), data=info["source"],
+                    overlap=not manual, hardware=hardware_label(dev), data=info["source"],
                     params=n_params, width=a.width, threads=torch.get_num_threads(),
                     launcher=ctx.launcher, shard_heads=heads, test_acc=acc,
                     param_checksum=param_checksum(model))

@@ -1,19 +1,19 @@
 """Synthetic-data training throughput of a torchvision model with PyTorch DDP.
 
 The twin of `pytorch_synthetic_benchmark.py` (Horovod): same flags, model, random batch, timing
-and printed lines (all in `dltutor.benchmark`); only the engine that averages the gradients
+and printed lines (all in `dltutor.horovod.benchmark`); only the engine that averages the gradients
 differs. Lines marked `# DDP:` are the whole difference from single-process training.
 
-Launch forms:
-  python ddp_synthetic_benchmark.py --tiny                          one process, no group
+Launch forms (run in this lab's folder):
+  python ddp_synthetic_benchmark.py --tiny                          # one process, no group
   torchrun --nproc-per-node 2 ddp_synthetic_benchmark.py \\
-      --no-cuda --image-size 32 --batch-size 8                      2 workers on this CPU (gloo)
+      --no-cuda --image-size 32 --batch-size 8 --tiny               # 2 workers on this CPU (gloo)
   torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
-      --rdzv-endpoint node1:29500 ddp_synthetic_benchmark.py         4 GPUs x 2 nodes (nccl)
-  srun --ntasks 8 --ntasks-per-node 4 python ddp_synthetic_benchmark.py   in a Slurm job
-  mpirun -np 8 -x MASTER_ADDR=node1 python ddp_synthetic_benchmark.py   Open MPI / PBS: ranks
-      from the MPI environment (one node: MASTER_ADDR may be left out)
-  From a notebook: dltutor.launch.launch(this_file, nproc=2, backend="local", args=[...])
+      --rdzv-endpoint node1:29500 ddp_synthetic_benchmark.py         # 4 GPUs x 2 nodes (nccl)
+  srun --ntasks 8 --ntasks-per-node 4 python ddp_synthetic_benchmark.py   # in a Slurm job
+  mpirun -np 8 -x MASTER_ADDR=node1 python ddp_synthetic_benchmark.py   # Open MPI / PBS
+With mpirun the ranks come from the MPI environment (on one node MASTER_ADDR may be left out).
+From a notebook: dltutor.launch.run.launch(this_file, nproc=2, backend="local", args=[...]).
 
 --use-adasum has no DDP counterpart and is refused; --fp16-allreduce uses DDP's fp16
 compression hook (Horovod's Compression.fp16 does the same).
@@ -22,18 +22,17 @@ import torch
 import torch.optim as optim
 from torch.nn.parallel import DistributedDataParallel as DDP  # DDP:
 
-from dltutor import benchmark, dist
+from dltutor.horovod import benchmark
+from dltutor.core import dist
 
 args = benchmark.parse_args(__doc__)
 if args.use_adasum:
     raise SystemExit("--use-adasum is a Horovod reduction; DDP only averages (drop the flag)")
 
-ctx = dist.init()  # DDP: join the process group (rank, world size from torchrun/Slurm/PBS)
+ctx = dist.init(use_cuda=not args.no_cuda)  # DDP: join the process group (torchrun/Slurm/PBS)
+device = ctx.device  # DDP: one GPU per local rank with nccl; --no-cuda: the CPU with gloo
 info = dist.detect()
 torch.set_num_threads(benchmark.threads_for(args, info["local_world_size"]))  # DDP: cores/worker
-device = benchmark.pick_device(args.no_cuda, ctx.local_rank)  # DDP: one GPU per local rank
-if device.type == "cuda":
-    torch.cuda.set_device(device)
 
 model = benchmark.build_model(args.model, args.num_classes, args.seed).to(device)
 if ctx.is_distributed:

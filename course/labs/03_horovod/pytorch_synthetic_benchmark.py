@@ -4,16 +4,17 @@ Every worker trains on one random batch that never leaves memory, so the numbers
 model's compute plus Horovod's gradient all-reduce, and nothing of disks or data loading.
 Lines marked `# Horovod:` are the whole difference from single-process training.
 
-Launch forms (the script is the same in all of them):
-  python pytorch_synthetic_benchmark.py --tiny                      one process, no launcher
+Launch forms (run in this lab's folder; the script is the same in all of them):
+  python pytorch_synthetic_benchmark.py --tiny                      # one process, no launcher
   horovodrun -np 2 -H localhost:2 --gloo python pytorch_synthetic_benchmark.py \\
-      --no-cuda --image-size 32 --batch-size 8                      2 workers on this CPU (Gloo)
-  horovodrun -np 8 -H node1:4,node2:4 python pytorch_synthetic_benchmark.py   4 GPUs x 2 nodes
-  srun --ntasks 8 --ntasks-per-node 4 python pytorch_synthetic_benchmark.py   in a Slurm job
-      (Horovod built with MPI reads the ranks from Slurm's PMI; a Gloo-only build needs horovodrun)
+      --no-cuda --image-size 32 --batch-size 8 --tiny               # 2 workers on this CPU (Gloo)
+  horovodrun -np 8 -H node1:4,node2:4 python pytorch_synthetic_benchmark.py   # 4 GPUs x 2 nodes
+  srun --ntasks 8 --ntasks-per-node 4 python pytorch_synthetic_benchmark.py   # in a Slurm job
   mpirun -np 8 -H node1:4,node2:4 -bind-to none -map-by slot \\
-      python pytorch_synthetic_benchmark.py                         where Horovod has MPI built in
-  From a notebook: dltutor.launch.launch(this_file, nproc=2, backend="horovod", args=[...])
+      python pytorch_synthetic_benchmark.py                         # where Horovod has MPI
+Under srun, a Horovod built with MPI reads the ranks from Slurm's PMI; a Gloo-only build needs
+horovodrun. From a notebook: dltutor.launch.run.launch(this_file, nproc=2, backend="horovod",
+args=[...]).
 
 On CPU workers the lab sets HOROVOD_CYCLE_TIME=50 (ms) and HOROVOD_FUSION_THRESHOLD=32 MiB unless
 the environment sets them (Horovod's defaults, 1 ms and 128 MiB, suit GPUs; on CPUs the 1 ms cycle
@@ -28,17 +29,18 @@ import torch.optim as optim
 
 import horovod.torch as hvd  # Horovod:
 
-from dltutor import benchmark
+from dltutor.core.device import device as pick_device
+from dltutor.horovod import benchmark
 
 args = benchmark.parse_args(__doc__)
 
-# Horovod: on CPU workers, a slower cycle and a 32 MiB fusion buffer (see dltutor.benchmark)
+# Horovod: on CPU workers, a slower cycle and a 32 MiB fusion buffer (see dltutor.horovod.benchmark)
 settings = benchmark.horovod_cpu_settings(args.no_cuda or not torch.cuda.is_available())
 hvd.init()  # Horovod: start Horovod (rank, size, local_rank come from the launcher)
 if hvd.rank() == 0:
     print(benchmark.horovod_settings_line(settings), flush=True)
 torch.set_num_threads(benchmark.threads_for(args, hvd.local_size()))  # Horovod: cores per worker
-device = benchmark.pick_device(args.no_cuda, hvd.local_rank())  # Horovod: one GPU per local rank
+device = pick_device(not args.no_cuda, hvd.local_rank())  # Horovod: one GPU per local rank
 if device.type == "cuda":
     torch.cuda.set_device(device)
 

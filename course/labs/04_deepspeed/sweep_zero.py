@@ -5,25 +5,27 @@ after the other, and every rank prints one `DLTUTOR_METRICS {json}` line per con
 `config=<name>`. Process start-up and DeepSpeed's import are paid once, so comparing five configs
 costs about one launch. No memory budget here: that is train_bert.py / train_bert_ds.py's job.
 
-Launch forms:
-  torchrun --nproc-per-node 2 sweep_zero.py --tiny                         (2 gloo/nccl ranks)
-  torchrun --nproc-per-node 2 sweep_zero.py --tiny --configs zero0,zero3
-  deepspeed --num_gpus 2 sweep_zero.py --num_layers 24 --configs zero0,zero1,zero2,zero3
-  srun -n 2 python sweep_zero.py --tiny                                     (Slurm)
-  python sweep_zero.py --tiny                                               (one process, d = 1)
+Launch forms (run in this lab's folder):
+  torchrun --nproc-per-node 2 sweep_zero.py --tiny                         # 2 gloo/nccl ranks
+  torchrun --nproc-per-node 2 sweep_zero.py --tiny --configs zero0,zero3   # two configs only
+  deepspeed --num_gpus 2 sweep_zero.py --num_layers 24 --configs zero0,zero1,zero2,zero3  # [full size]
+  srun -n 2 python sweep_zero.py --tiny                                     # Slurm
+  python sweep_zero.py --tiny                                               # one process, d = 1
 Configs are names of configs/*.json; NVMe offload needs --nvme_path (or $DLTUTOR_NVME_DIR).
 """
-import argparse
 import importlib.util
 import os
 import sys
 from pathlib import Path
 
-from dltutor import bertlab, dist, env
-from dltutor.engines import engine_env
+from dltutor.core import dist, flags
+from dltutor.core.device import backend
+from dltutor.core.engines import engine_env
+from dltutor.zero import bert_lab
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CONFIGS = "zero0,zero1,zero2,zero3,zero3_offload_cpu"
+TINY_CONFIGS = "zero0,zero3"   # CI: the two ends; CPU offload alone takes a minute on 2 cores
 
 
 def lab_run():
@@ -37,14 +39,14 @@ def lab_run():
 def plan(names, argv, ap=None) -> list:
     """(name, args, DeepSpeed config) for each config name with the lab flags `argv`; every
     config is read and checked here, before any process group exists (one clear error)."""
-    ap = ap or bertlab.parser("sweep", deepspeed=True)
+    ap = ap or bert_lab.parser("sweep", deepspeed=True)
     plans = []
     for name in names:
         config = HERE / "configs" / f"{name}.json"
-        args = bertlab.parse(ap, list(argv) + ["--deepspeed_config", str(config)])
+        args = bert_lab.parse(ap, list(argv) + ["--deepspeed_config", str(config)])
         try:
-            plans.append((name, args, bertlab.load_ds_config(args.deepspeed_config, args)))
-        except bertlab.ConfigError as exc:
+            plans.append((name, args, bert_lab.load_ds_config(args.deepspeed_config, args)))
+        except bert_lab.ConfigError as exc:
             ap.error(str(exc))
     return plans
 
@@ -56,8 +58,8 @@ def run_all(plans) -> None:
     import deepspeed  # DeepSpeed: imported after DS_ACCELERATOR is fixed
 
     run = lab_run()
-    ctx = dist.init()                                       # DeepSpeed: one process group...
-    deepspeed.init_distributed(dist_backend=env.backend())  # DeepSpeed: ...for every config
+    ctx = dist.init(group_of_one=True)  # DeepSpeed: one process group (even of one)...
+    deepspeed.init_distributed(dist_backend=backend())  # DeepSpeed: ...for every config
     try:
         for name, args, cfg in plans:
             dist.report(config=name, **run(args, cfg, ctx))
@@ -66,14 +68,18 @@ def run_all(plans) -> None:
 
 
 def main(argv=None):
-    ours = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
-    ours.add_argument("--configs", default=DEFAULT_CONFIGS,
-                      help="comma-separated names of configs/*.json, run in this order")
+    ours = flags.parser(__doc__, add_help=False)
+    known = sorted(p.stem for p in (HERE / "configs").glob("*.json"))
+    ours.add_argument("--configs", type=flags.choice_list(known), default=None,
+                      help=f"comma-separated names of configs/*.json, run in this order (default "
+                           f"{DEFAULT_CONFIGS}; with --tiny {TINY_CONFIGS})")
     mine, rest = ours.parse_known_args(argv)
+    if mine.configs is None:
+        mine.configs = (TINY_CONFIGS if "--tiny" in rest else DEFAULT_CONFIGS).split(",")
     if "-h" in rest or "--help" in rest:
         ours.print_help()
         print("\nAll other flags are train_bert_ds.py's (without --deepspeed_config):")
-    run_all(plan([c.strip() for c in mine.configs.split(",") if c.strip()], rest))
+    run_all(plan(mine.configs, rest))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """Train the BERT-style masked-LM with DeepSpeed ZeRO (stage 0-3, CPU or NVMe offload).
 
-Launch forms (each rank prints one `DLTUTOR_METRICS {json}` line at the end):
-  python train_bert_ds.py --tiny --deepspeed_config configs/zero0.json          (one process)
-  deepspeed --num_gpus 2 train_bert_ds.py --deepspeed_config configs/zero3.json (GPUs)
-  deepspeed --num_gpus 2 train_bert_ds.py --deepspeed_config configs/zero3.json --num_layers 192
+Launch forms (run in this lab's folder; each rank prints one `DLTUTOR_METRICS {json}` line):
+  python train_bert_ds.py --tiny --deepspeed_config configs/zero0.json          # one process
+  deepspeed --num_gpus 2 train_bert_ds.py --tiny --deepspeed_config configs/zero3.json  # 2 ranks
+  deepspeed --num_gpus 2 train_bert_ds.py --deepspeed_config configs/zero3.json --num_layers 192  # [full size]
   torchrun --nproc-per-node 2 train_bert_ds.py --tiny --deepspeed_config configs/zero2.json
-  srun -n 2 python train_bert_ds.py --deepspeed_config configs/zero3.json       (Slurm)
-  DS_ACCELERATOR=cpu torchrun ...   on a CPU-only machine (dltutor.engines.engine_env() sets it)
+  srun -n 2 python train_bert_ds.py --tiny --deepspeed_config configs/zero3.json   # Slurm
+On a CPU-only machine DeepSpeed needs DS_ACCELERATOR=cpu (the lab sets it through
+dltutor.core.engines.engine_env()).
 ZeRO-Infinity: `--deepspeed_config configs/zero3_offload_nvme.json --nvme_path /scratch/$USER/x`
 (or $DLTUTOR_NVME_DIR). Checkpoints: `--checkpoint_dir D` saves at the end (and every
 `--save_interval` steps); `--resume` continues from the latest one with the same loss curve.
@@ -17,26 +18,28 @@ import os
 import sys
 import time
 
-from dltutor import bertlab, dist, env, membudget, memory
-from dltutor.engines import engine_env
-from dltutor.models_bert import build_bert
+from dltutor.core import dist, env
+from dltutor.core.device import backend
+from dltutor.core.engines import engine_env
+from dltutor.zero import bert_lab, budget, memory
+from dltutor.zero.bert import build_bert
 
 
 def main(argv=None):
-    ap = bertlab.parser(__doc__.splitlines()[0], deepspeed=True)
-    args = bertlab.parse(ap, argv)
+    ap = bert_lab.parser(__doc__, deepspeed=True)
+    args = bert_lab.parse(ap, argv)
     try:
-        cfg = bertlab.load_ds_config(args.deepspeed_config, args)
-    except bertlab.ConfigError as exc:
+        cfg = bert_lab.load_ds_config(args.deepspeed_config, args)
+    except bert_lab.ConfigError as exc:
         ap.error(str(exc))  # one clear line and exit code 2, before any process group
     for key, value in engine_env().items():               # DeepSpeed: DS_ACCELERATOR, op cache
         os.environ.setdefault(key, value)
     import deepspeed  # DeepSpeed: imported after DS_ACCELERATOR is fixed
 
-    ctx = dist.init()                                     # DeepSpeed: process group (gloo/nccl)
-    deepspeed.init_distributed(dist_backend=env.backend())  # DeepSpeed: reuse it
-    budget = membudget.apply_budget(args.mem_budget_mb)
-    dist.report(**run(args, cfg, ctx), budget_bytes=budget)
+    ctx = dist.init(group_of_one=True)  # DeepSpeed: process group (gloo/nccl), even of one
+    deepspeed.init_distributed(dist_backend=backend())  # DeepSpeed: reuse it
+    budget_bytes = budget.apply_budget(args.mem_budget_mb)
+    dist.report(**run(args, cfg, ctx), budget_bytes=budget_bytes)
     dist.teardown()
 
 
@@ -47,13 +50,13 @@ def run(args, cfg, ctx) -> dict:
     from deepspeed.utils.logging import set_log_level_from_string
     stage = cfg["zero_optimization"].get("stage", 0)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[
-        bertlab.resolve_dtype(args)]
+        bert_lab.resolve_dtype(args)]
     env.seed_everything(args.seed, 0)                    # same initial weights on every rank
     phase = "model construction"
     try:
         # DeepSpeed: at stage 3 each layer is partitioned as it is built (no full copy anywhere)
         with deepspeed.zero.Init(enabled=stage == 3, config_dict_or_path=cfg):
-            model = build_bert(**bertlab.model_flags(args))
+            model = build_bert(**bert_lab.model_flags(args))
         n_params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
         phase = "deepspeed.initialize"
         engine, _, _, _ = deepspeed.initialize(           # DeepSpeed: wraps model + optimizer
@@ -72,7 +75,7 @@ def run(args, cfg, ctx) -> dict:
             phase = f"iteration {step}"
             if step == start + 1:
                 t0 = time.perf_counter()
-            tokens, labels = bertlab.rank_batch(args, ctx, step, engine.device)
+            tokens, labels = bert_lab.rank_batch(args, ctx, step, engine.device)
             if step == args.measure_iter:
                 meter.arm()
             loss = engine(tokens, labels)
@@ -88,12 +91,12 @@ def run(args, cfg, ctx) -> dict:
                                        client_state={"step": step + 1})
         elapsed = time.perf_counter() - t0 if t0 else float("nan")
     except (RuntimeError, MemoryError) as exc:
-        if membudget.is_out_of_memory(exc):
-            dist.rank_print(bertlab.oom_line(phase, exc))
+        if budget.is_out_of_memory(exc):
+            dist.rank_print(bert_lab.oom_line(phase, exc))
         raise
     est = memory.estimate_zero_memory(n_params, k_l=torch.finfo(dtype).bits // 8, k_h=4,
                                       d=ctx.world_size, z=stage)
-    out = dict(lab="train_bert_ds", stage=stage, offload=bertlab.offload_mode(cfg),
+    out = dict(lab="train_bert_ds", stage=stage, offload=bert_lab.offload_mode(cfg),
                dtype=args.dtype, params=n_params, start_step=start, losses=losses,
                samples_per_s=timed * args.batch_size * ctx.world_size / elapsed if timed
                else None, model_state_bytes=meter.peak, predicted=est.as_dict(),

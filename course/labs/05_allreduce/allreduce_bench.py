@@ -3,30 +3,32 @@ the library's own dist.all_reduce (gloo on CPUs, nccl on GPUs) — plus a ping-p
 
 Every algorithm is first checked against dist.all_reduce on random data of an odd length; then each
 is timed over a sweep of sizes. Rank 0 prints a table (size, algorithm, time, algbw, busbw) and one
-machine-readable line `DLTUTOR_METRICS {json}` that `dltutor.launch` / the notebook parse.
+machine-readable line `DLTUTOR_METRICS {json}` that `dltutor.launch.run` / the notebook parse.
 
-Launch forms:
+Launch forms (run in this lab's folder):
     python allreduce_bench.py --tiny                          # 1 process: checks run, nothing moves
     torchrun --nproc-per-node 2 allreduce_bench.py --tiny     # 2 local processes
-    torchrun --nproc-per-node 4 allreduce_bench.py --sizes 1KiB,1MiB,64MiB
+    torchrun --nproc-per-node 4 allreduce_bench.py --sizes 1KiB,1MiB,64MiB   # 4 ranks
     torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
              --rdzv-endpoint $HEAD_NODE:29500 allreduce_bench.py       # 2 nodes x 4 ranks
     srun --ntasks 8 python allreduce_bench.py                  # Slurm: one task per rank
-    python allreduce_bench.py --mode pingpong                  # (under torchrun) ping-pong only
-    from a notebook: dltutor.collectives.measure_allreduce(nproc=2, sizes=[...])
+    torchrun --nproc-per-node 2 allreduce_bench.py --mode pingpong --tiny  # ping-pong only
+From a notebook: dltutor.allreduce.collectives.measure_allreduce(nproc=2, sizes=[...]).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 
 import torch
 import torch.distributed as dist  # DDP:
 
-from dltutor import collectives as C
-from dltutor import dist as ddist
-from dltutor.env import device, hardware_label
+from dltutor.allreduce import collectives as C
+from dltutor.allreduce import cost
+from dltutor.core import dist as ddist
+from dltutor.core import flags
+from dltutor.core.device import backend, device, hardware_label
+from dltutor.core.units import fmt_bytes
 
 DEFAULT_SIZES = "1KiB,4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB,64MiB"
 TINY_SIZES = "1KiB,64KiB,1MiB"
@@ -34,29 +36,24 @@ ALGS = ("ring", "reduce_bcast", "recursive_doubling", "gloo")
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated message sizes (bytes, KiB, MiB)")
-    ap.add_argument("--iters", type=int, default=20, help="at least this many back-to-back calls per timing (more if they last < 50 ms)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed repetitions per size")
-    ap.add_argument("--passes", type=int, default=3,
+    ap = flags.parser(__doc__)
+    ap.add_argument("--sizes", type=flags.byte_sizes, default=DEFAULT_SIZES,
+                    help="comma-separated message sizes (bytes, KiB, MiB, GiB)")
+    ap.add_argument("--iters", type=flags.positive_int, default=20,
+                    help="at least this many back-to-back calls per timing (more if they last < 50 ms)")
+    ap.add_argument("--warmup", type=flags.nonnegative_int, default=3, help="untimed repetitions per size")
+    ap.add_argument("--passes", type=flags.positive_int, default=3,
                     help="the whole sweep is repeated this many times and each size reports its fastest "
                          "pass: interference on a shared machine only ever adds time (timeit's rule)")
-    ap.add_argument("--algorithms", default=",".join(ALGS), help=f"comma-separated subset of {ALGS}")
+    ap.add_argument("--algorithms", type=flags.choice_list(ALGS), default=",".join(ALGS),
+                    help=f"comma-separated subset of {','.join(ALGS)}")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64", "int64"])
     ap.add_argument("--mode", default="both", choices=["allreduce", "pingpong", "both"],
                     help="all-reduce sweep, ping-pong sweep (rank 0 <-> 1, to fit alpha and beta), or both")
-    ap.add_argument("--check-numel", type=int, default=1001, help="odd length of the correctness check")
-    ap.add_argument("--tiny", action="store_true", help=f"CI preset: sizes {TINY_SIZES}, 3 iters, 1 warmup")
-    a = ap.parse_args(argv)
-    if a.tiny:
-        a.sizes, a.iters, a.warmup, a.passes = TINY_SIZES, 3, 1, 1
-    a.sizes = [C.parse_size(s) for s in a.sizes.split(",") if s.strip()]
-    a.algorithms = [s.strip() for s in a.algorithms.split(",") if s.strip()]
-    bad = [s for s in a.algorithms if s not in ALGS]
-    if bad:
-        ap.error(f"unknown algorithm(s) {bad}; choose from {ALGS}")
-    return a
+    ap.add_argument("--check-numel", type=flags.positive_int, default=1001,
+                    help="odd length of the correctness check")
+    flags.add_tiny(ap, {"sizes": flags.byte_sizes(TINY_SIZES), "iters": 3, "warmup": 1, "passes": 1})
+    return flags.parse(ap, argv)
 
 
 def over_passes(keys, measure, passes: int) -> dict:
@@ -72,10 +69,11 @@ def over_passes(keys, measure, passes: int) -> dict:
 
 @contextlib.contextmanager
 def process_group():
-    """Join the launcher's process group; plain `python` gets a 1-rank in-process group."""
+    """Join the launcher's process group; plain `python` gets a 1-rank in-process group, with the
+    backend of the device (nccl on a GPU, as the printed label says; gloo on the CPU)."""
     with ddist.session() as ctx:  # DDP: torchrun / srun / mpiexec variables -> process group
         if not dist.is_initialized():  # single process: all_reduce is then a copy
-            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+            dist.init_process_group(backend(ctx.device), store=dist.HashStore(), rank=0, world_size=1)
         yield ctx.rank, ctx.world_size
 
 
@@ -105,10 +103,10 @@ def main(argv=None) -> int:
                 for name in a.algorithms:
                     t, slowest = spans[(name, nbytes)]
                     row = {"algorithm": name, "bytes": nbytes, "time_s": t, "time_range_s": [t, slowest],
-                           "algbw_GBps": C.algbw(nbytes, t) / 1e9, "busbw_GBps": C.busbw(nbytes, t, n) / 1e9,
+                           "algbw_GBps": cost.algbw(nbytes, t) / 1e9, "busbw_GBps": cost.busbw(nbytes, t, n) / 1e9,
                            "ok": summary["checks"][name]}
                     summary["results"].append(row)
-                    say(f"{C.fmt_bytes(nbytes):>9} {name:<19} {t * 1e6:11.1f} {row['algbw_GBps']:11.3f} "
+                    say(f"{fmt_bytes(nbytes):>9} {name:<19} {t * 1e6:11.1f} {row['algbw_GBps']:11.3f} "
                         f"{row['busbw_GBps']:11.3f}  {t * 1e6:10.0f}..{slowest * 1e6:.0f}")
         if a.mode in ("pingpong", "both"):
             if n < 2:
@@ -120,10 +118,10 @@ def main(argv=None) -> int:
                     t = spans[nbytes][0]  # None except on rank 0
                     if rank == 0:
                         summary["pingpong"].append({"bytes": nbytes, "time_s": t})
-                        say(f"{C.fmt_bytes(nbytes):>9} {t * 1e6:13.1f} {nbytes / t / 1e9:8.3f}")
+                        say(f"{fmt_bytes(nbytes):>9} {t * 1e6:13.1f} {nbytes / t / 1e9:8.3f}")
                 if rank == 0:
                     pp = summary["pingpong"]
-                    alpha, beta = C.fit_alpha_beta([p["bytes"] for p in pp], [p["time_s"] for p in pp])
+                    alpha, beta = cost.fit_alpha_beta([p["bytes"] for p in pp], [p["time_s"] for p in pp])
                     summary["alpha_s"], summary["beta_s_per_byte"] = alpha, beta
                     say(f"fit: alpha = {alpha * 1e6:.1f} us, beta = {beta * 1e9:.3f} ns/byte "
                         f"({(1 / beta / 1e9) if beta else float('inf'):.2f} GB/s)")

@@ -1,0 +1,201 @@
+"""α-β cost models of all-reduce, their least-squares fit, and nccl-tests' algbw / busbw.
+
+A message of n bytes costs alpha + n * beta: alpha is the latency (s), beta the inverse bandwidth
+(s/byte). D is the size of the vector being all-reduced, N the number of ranks. On CPUs beta also
+absorbs the cost of adding the numbers (the reduction), which a pure network model leaves out.
+
+| algorithm                    | modelled time T                                |
+|------------------------------|------------------------------------------------|
+| ring                         | 2(N-1)·alpha + 2(N-1)/N·D·beta                 |
+| reduce + broadcast (linear,  | 2(N-1)·(alpha + D·beta): the root talks to     |
+|   i.e. a parameter server)   |   every other rank in turn, twice              |
+| recursive doubling           | ⌈log2 N⌉·(alpha + D·beta), +2(alpha + D·beta)  |
+|                              |   when N is not a power of two                 |
+| tree (binomial reduce + bcast)| 2⌈log2 N⌉·(alpha + D·beta)                    |
+| pipelined double binary tree | ≈ 2⌈log2 N⌉·alpha + 2·D·beta (NCCL's tree; the |
+|                              |   pipeline fill is left out)                   |
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+
+def _log2ceil(n: int) -> int:
+    return max(0, math.ceil(math.log2(n))) if n > 1 else 0
+
+
+def _is_pow2(n: int) -> bool:
+    return n >= 1 and (n & (n - 1)) == 0
+
+
+def coefficients(algorithm: str, n: int, nbytes: float) -> tuple[float, float]:
+    """(a, b) such that the algorithm's modelled time is a·alpha + b·beta for D = nbytes."""
+    n, d = int(n), float(nbytes)
+    if n <= 1:
+        return 0.0, 0.0
+    if algorithm == "ring":
+        return 2.0 * (n - 1), 2.0 * (n - 1) / n * d
+    if algorithm in ("reduce_bcast", "ps"):
+        return 2.0 * (n - 1), 2.0 * (n - 1) * d
+    if algorithm == "recursive_doubling":
+        k = int(math.log2(n)) + (0 if _is_pow2(n) else 2)
+        return float(k), k * d
+    if algorithm == "tree":
+        k = 2 * _log2ceil(n)
+        return float(k), k * d
+    if algorithm == "tree_pipelined":
+        return 2.0 * _log2ceil(n), 2.0 * d
+    if algorithm == "pingpong":  # one way: one message of D bytes
+        return 1.0, d
+    raise ValueError(f"unknown algorithm {algorithm!r}; one of {ALGORITHMS}")
+
+
+ALGORITHMS = ("ring", "reduce_bcast", "recursive_doubling", "tree", "tree_pipelined")
+
+
+def model_time(algorithm: str, n: int, nbytes, alpha: float, beta: float):
+    """Modelled time (s) of `algorithm` on `n` ranks for D = `nbytes` (scalar or sequence)."""
+    if np.ndim(nbytes):
+        return np.array([model_time(algorithm, n, d, alpha, beta) for d in nbytes])
+    a, b = coefficients(algorithm, n, nbytes)
+    return a * alpha + b * beta
+
+
+def ring_time(n: int, nbytes: float, alpha: float, beta: float) -> float:
+    """T = 2(N-1)·alpha + 2(N-1)/N·D·beta, the TACC slide's formula."""
+    return model_time("ring", n, nbytes, alpha, beta)
+
+
+def algbw(nbytes: float, seconds: float) -> float:
+    """Algorithm bandwidth D / T in bytes/s (nccl-tests' 'algbw')."""
+    return nbytes / seconds  # scalars or numpy arrays
+
+
+def busbw(nbytes: float, seconds: float, n: int) -> float:
+    """Bus bandwidth for all-reduce: algbw · 2(N-1)/N (nccl-tests' 'busbw').
+
+    It is the rate each rank's link must carry under a ring, so it is comparable across N and with
+    the hardware's peak; for N = 1 nothing moves and busbw is 0.
+    """
+    return algbw(nbytes, seconds) * 2.0 * (n - 1) / n
+
+
+def fit_alpha_beta(nbytes, seconds, algorithm: str = "pingpong", n: int = 2,
+                   relative: bool = True, criterion: str = "lsq") -> tuple[float, float]:
+    """alpha (s) and beta (s/byte) fitted to measured times at several sizes.
+
+    Each measurement says t ≈ a·alpha + b·beta with (a, b) = coefficients(algorithm, n, D).
+    With `relative=True` (default) each row is divided by its t, so the fit weighs *relative*
+    errors and a 1 KiB point counts as much as a 64 MiB one. `criterion` 'lsq' minimises the sum
+    of their squares; 'minimax' the largest one (a Chebyshev fit, by Lawson's reweighting), the
+    right choice when the question is "within X% at every size". Both results are kept >= 0.
+    """
+    d = np.asarray(nbytes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    if d.shape != t.shape or d.size < 2:
+        raise ValueError("need at least two (size, time) pairs of equal length")
+    if np.any(t <= 0):
+        raise ValueError("times must be positive")
+    if criterion not in ("lsq", "minimax"):
+        raise ValueError(f"criterion must be 'lsq' or 'minimax', not {criterion!r}")
+    A = np.array([coefficients(algorithm, n, x) for x in d])
+    w = 1.0 / t if relative else np.ones_like(t)
+    Aw, tw = A * w[:, None], t * w
+    if criterion == "minimax":
+        alpha, beta = _lawson_minimax(Aw, tw)
+    else:
+        (alpha, beta), *_ = np.linalg.lstsq(Aw, tw, rcond=None)
+    if alpha < 0:  # latency not resolvable: pure bandwidth fit
+        alpha, beta = 0.0, float(np.dot(Aw[:, 1], tw) / np.dot(Aw[:, 1], Aw[:, 1]))
+    if beta < 0:   # bandwidth not resolvable: pure latency fit
+        alpha, beta = float(np.dot(Aw[:, 0], tw) / np.dot(Aw[:, 0], Aw[:, 0])), 0.0
+    return float(alpha), float(beta)
+
+
+def _lawson_minimax(A, y, rounds: int = 500) -> tuple[float, float]:
+    """x minimising max |A x - y| (Lawson 1961: weighted least squares, each weight multiplied
+    by its residual every round); the best x seen is returned."""
+    weights = np.full(len(y), 1.0 / len(y))
+    best, best_err = None, np.inf
+    for _ in range(rounds):
+        root = np.sqrt(weights)
+        x, *_ = np.linalg.lstsq(A * root[:, None], y * root, rcond=None)
+        resid = np.abs(A @ x - y)
+        if resid.max() < best_err - 1e-12:
+            best, best_err = x, resid.max()
+        weights = weights * resid
+        total = weights.sum()
+        if best_err < 1e-12 or not np.isfinite(total) or total <= 0:  # exact, or nothing to move
+            break
+        weights /= total
+    return float(best[0]), float(best[1])
+
+
+def relative_errors(measured, modelled) -> np.ndarray:
+    """|model - measured| / measured for each size."""
+    m = np.asarray(measured, dtype=float)
+    return np.abs(np.asarray(modelled, dtype=float) - m) / m
+
+
+def crossover_bytes(alg_a: str, alg_b: str, n: int, alpha: float, beta: float) -> float | None:
+    """The size D at which `alg_a` and `alg_b` take equal modelled time (None if they never do)."""
+    a1, b1 = coefficients(alg_a, n, 1.0)
+    a2, b2 = coefficients(alg_b, n, 1.0)
+    if abs((b1 - b2) * beta) < 1e-300:
+        return None
+    d = (a2 - a1) * alpha / ((b1 - b2) * beta)
+    return float(d) if d > 0 else None
+
+
+def times_of(summary: dict, algorithm: str) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, seconds) of one algorithm in a lab summary, sorted by size."""
+    rows = sorted((r["bytes"], r["time_s"]) for r in summary["results"] if r["algorithm"] == algorithm)
+    return np.array([r[0] for r in rows], float), np.array([r[1] for r in rows], float)
+
+
+def fit_summary(summary: dict, source: str = "ring", criterion: str = "lsq") -> tuple[float, float]:
+    """alpha, beta fitted from a lab summary: `source` = 'pingpong' or an all-reduce algorithm."""
+    n = summary["world_size"]
+    if source == "pingpong":
+        pp = summary["pingpong"]
+        return fit_alpha_beta([p["bytes"] for p in pp], [p["time_s"] for p in pp],
+                              criterion=criterion)
+    d, t = times_of(summary, source)
+    return fit_alpha_beta(d, t, algorithm=source, n=n, criterion=criterion)
+
+
+def model_errors(summary: dict, algorithm: str, alpha: float, beta: float) -> np.ndarray:
+    """|model - measured| / measured at each size of `algorithm` in a lab summary."""
+    d, t = times_of(summary, algorithm)
+    return relative_errors(t, model_time(algorithm, summary["world_size"], d, alpha, beta))
+
+
+FITS = {"ping-pong, lsq": ("pingpong", "lsq"), "ring, lsq": ("ring", "lsq"),
+        "ring, minimax": ("ring", "minimax")}
+
+
+def compare_fits(summary: dict) -> dict:
+    """name -> (alpha, beta, the ring model's relative error at each size) for each of FITS:
+    the ping-pong's fit predicts the ring, the ring's own fits describe it."""
+    out = {}
+    for name, (source, criterion) in FITS.items():
+        alpha, beta = fit_summary(summary, source, criterion)
+        out[name] = (alpha, beta, model_errors(summary, "ring", alpha, beta))
+    return out
+
+
+def winners(summary: dict) -> list[tuple[int, str, float]]:
+    """For each size: (bytes, fastest algorithm, its time) in a lab summary."""
+    best: dict[int, tuple[str, float]] = {}
+    for r in summary["results"]:
+        if r["bytes"] not in best or r["time_s"] < best[r["bytes"]][1]:
+            best[r["bytes"]] = (r["algorithm"], r["time_s"])
+    return [(d, a, t) for d, (a, t) in sorted(best.items())]
+
+
+def best_algorithm(n: int, nbytes: float, alpha: float, beta: float, algorithms=ALGORITHMS) -> str:
+    """The algorithm with the smallest modelled time for N = n ranks and D = nbytes."""
+    return min(algorithms, key=lambda a: model_time(a, n, nbytes, alpha, beta))

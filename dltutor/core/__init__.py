@@ -1,0 +1,16 @@
+"""core: what every topic shares; imports nothing else from dltutor.
+
+  env.py       fast mode, sizes (`pick`), seeding, cores, the cache and data folders
+  device.py    the one device/backend choice, precision (bf16/fp16/fp32), GPU-safe timing
+  dist.py      inside a launched rank: rank, local_rank, world_size, process group, metrics lines
+  course.py    where the course's labs and site profiles are (`DLTUTOR_COURSE`), tagged lines
+  flags.py     the argument layer of every lab and the CLI (checked types, `--tiny` presets)
+  train_step.py  one forward/backward/optimizer step, used by every training loop
+  engines.py   Horovod and DeepSpeed: installed? built with what? the env their ranks need
+  units.py     KiB/MiB/GiB and byte formatting/parsing
+  tables.py    the one plain-text table formatter
+  plots.py     honest plot labels (data, CPU/GPU, fast mode) and side-by-side bars
+  gpu_dryrun.py  tests only: run lab code as rank r of an NCCL job on a CPU machine (fake CUDA
+               tensors; every tensor handed to torch.distributed checked for the rank's GPU)
+Used by all notebooks and labs.
+"""

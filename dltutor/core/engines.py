@@ -1,0 +1,127 @@
+"""The two training engines beside plain DDP: Horovod and DeepSpeed — are they here, and how to run them.
+
+Nothing here imports horovod or deepspeed until a function is called, so `import dltutor` stays
+cheap and works where an engine is missing. Each `*_info()` returns a dict that `doctor()` shows:
+
+    {"importable": bool, "version": str | None, "details": {...}, "fix": str | None}
+
+`engine_env()` gives the environment variables a DeepSpeed lab or test should run with.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dltutor.core.device import device
+from dltutor.core.env import extensions_dir
+
+HOROVOD_FIX = "run `make setup` (or: bash scripts/build_horovod.sh .venv/bin/python)"
+DEEPSPEED_FIX = "run `make setup` (or: .venv/bin/pip install deepspeed)"
+WARM_FIX = "run `make setup` (or: .venv/bin/python scripts/warm_deepspeed.py)"
+
+# op name (its folder in TORCH_EXTENSIONS_DIR) -> builder class of the DeepSpeed accelerator;
+# what scripts/warm_deepspeed.py builds. deepspeed_shm_comm is loaded by every
+# deepspeed.init_distributed() on the CPU accelerator.
+DEEPSPEED_OPS = {"cpu_adam": "CPUAdamBuilder", "deepspeed_shm_comm": "ShareMemCommBuilder",
+                 "async_io": "AsyncIOBuilder"}
+
+
+def engine_env(nthreads: int | None = None) -> dict[str, str]:
+    """Variables for a process that runs DeepSpeed (or Horovod): merge into its environment.
+
+    DS_ACCELERATOR is `cpu` when no GPU is visible (DeepSpeed would otherwise guess), and
+    TORCH_EXTENSIONS_DIR points at the cache that scripts/warm_deepspeed.py fills, so ops load
+    instead of compiling. Values already set in os.environ win. `nthreads` sets OMP_NUM_THREADS.
+    """
+    env = {
+        "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR") or device().type,
+        "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
+    }
+    if nthreads is not None:
+        env["OMP_NUM_THREADS"] = str(int(nthreads))
+    return env
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib import metadata
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def horovod_info() -> dict:
+    """Is Horovod's PyTorch binding importable, and what was it built with (Gloo, MPI, NCCL)."""
+    version = _dist_version("horovod")  # e.g. 0.28.1+torch2.14.1.cu130.cpu (our build's tag)
+    info = {"importable": False, "version": version, "details": {}, "fix": HOROVOD_FIX}
+    if version is None:
+        info["fix"] = "Horovod is not installed: " + HOROVOD_FIX
+        return info
+    try:
+        import horovod.torch as hvd
+    except Exception as exc:  # installed but its torch extension does not load (e.g. torch changed)
+        info["details"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"}
+        info["fix"] = "Horovod does not load with this torch; rebuild: " + HOROVOD_FIX
+        return info
+    import torch
+    details = {"gloo": hvd.gloo_built(), "mpi": hvd.mpi_built(), "nccl": hvd.nccl_built(),
+               "cuda": hvd.cuda_built()}
+    tag = version.partition("+")[2]
+    if tag.startswith("torch"):
+        built_for = tag[len("torch"):].rsplit(".", 1)[0]            # 2.14.1.cu130
+        now = torch.__version__.replace("+", ".")
+        details["built_for_torch"] = built_for
+        if built_for != now:
+            details["warning"] = f"built for torch {built_for}, running {now}"
+    info.update(importable=True, details=details, fix=None)
+    if not details["gloo"] and not details["mpi"]:
+        info["fix"] = "Horovod has no controller (neither Gloo nor MPI); rebuild: " + HOROVOD_FIX
+    return info
+
+
+def _op_built(ext_dir: Path, op: str) -> bool:
+    """True when a compiled library of `op` is in the extensions dir (no build is triggered)."""
+    folder = ext_dir / op
+    return folder.is_dir() and any(folder.glob(f"{op}*.so"))
+
+
+def deepspeed_info(check_ops: bool = True) -> dict:
+    """Is DeepSpeed importable, on which accelerator, and which C++ ops are compatible / prebuilt.
+
+    Sets DS_ACCELERATOR and TORCH_EXTENSIONS_DIR in os.environ if unset (from `engine_env()`),
+    because DeepSpeed fixes its accelerator when it is first imported.
+    """
+    version = _dist_version("deepspeed")
+    info = {"importable": False, "version": version, "details": {}, "fix": DEEPSPEED_FIX}
+    if version is None:
+        info["fix"] = "DeepSpeed is not installed: " + DEEPSPEED_FIX
+        return info
+    for key, value in engine_env().items():
+        os.environ.setdefault(key, value)
+    try:
+        import deepspeed  # noqa: F401
+        from deepspeed.accelerator import get_accelerator
+        accelerator = get_accelerator()
+    except Exception as exc:
+        info["details"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"}
+        return info
+    details = {"accelerator": accelerator._name, "comm": accelerator.communication_backend_name()}
+    missing = []
+    if check_ops:
+        ext_dir = extensions_dir()
+        for op, cls in DEEPSPEED_OPS.items():
+            try:
+                builder = accelerator.create_op_builder(cls)
+                if builder is None or type(builder).__name__ == "NotImplementedBuilder":
+                    continue                       # not used with this accelerator
+                compatible = builder.is_compatible(verbose=False)
+            except Exception:
+                compatible = False
+            built = _op_built(ext_dir, op)
+            details[op] = "built" if built else ("not built" if compatible else "incompatible")
+            if compatible and not built:
+                missing.append(op)
+    info.update(importable=True, details=details,
+                fix=(f"ops {', '.join(missing)} will compile on first use; {WARM_FIX}"
+                     if missing else None))
+    return info

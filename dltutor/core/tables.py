@@ -1,0 +1,43 @@
+"""The one plain-text table of the course: rows of dicts in, aligned columns out.
+
+    print(format_table(rows, ["variant", "img_per_s", "speedup", "status"], title="..."))
+
+Numbers are right-aligned (floats to 3 significant digits, or `digits` decimals when given; ints
+and floats from 1,000 up as whole numbers with thousands separators), text left-aligned in the first column and
+right-aligned elsewhere unless listed in `left`; a missing or None value prints as `missing`. Column headers can be renamed with `headers`.
+"""
+from __future__ import annotations
+
+
+def _cell(value, digits, missing: str) -> str:
+    if value is None or value == "":
+        return missing
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if digits is None:
+            return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def format_table(rows: list[dict], columns=None, *, title: str = "", headers: dict | None = None,
+                 digits: int | dict | None = None, left=(), missing: str = "-") -> str:
+    """`rows` as aligned text; `digits`: None (3 significant), one count, or {column: count}."""
+    columns = list(columns or (rows[0].keys() if rows else []))
+    headers = headers or {}
+    places = (lambda c: digits.get(c)) if isinstance(digits, dict) else (lambda c: digits)
+    cells = [[headers.get(c, c) for c in columns]]
+    cells += [[_cell(r.get(c), places(c), missing) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    flush_left = {columns[0], *left} if columns else set(left)
+
+    def line(row):
+        return "  ".join(x.ljust(w) if c in flush_left else x.rjust(w)
+                         for x, w, c in zip(row, widths, columns)).rstrip()
+    out = [title] if title else []
+    out += [line(cells[0]), "  ".join("-" * w for w in widths)]
+    out += [line(row) for row in cells[1:]]
+    return "\n".join(out)

@@ -1,0 +1,95 @@
+"""Plots for notebook 02: scaling efficiency, warm-up loss curves, step time vs gradient buckets.
+
+Titles carry the honest labels of `dltutor.core.plots.labels` (SYNTHETIC data, CPU/gloo or GPU/nccl,
+fast mode). Each function returns the figure and saves it when `path` is given.
+"""
+from __future__ import annotations
+
+from dltutor.core.plots import labels
+
+
+def _finish(fig, title, data, path):
+    fig.suptitle(f"{title} {labels(data)}")
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
+def plot_scaling(rows: list[dict], title: str = "Data-parallel scaling", data=None, path=None):
+    """Left: global img/s per run (ranks x per-rank batch). Right: weak and strong efficiency.
+
+    `rows` come from `dltutor.ddp.scaling.scaling_table` (keys world_size, scaling, per_rank_batch,
+    global_img_per_s, speedup, efficiency).
+    """
+    import matplotlib.pyplot as plt
+    fig, (ax_p, ax_e) = plt.subplots(1, 2, figsize=(11, 4))
+    colors = {"weak": "tab:blue", "strong": "tab:orange"}
+    seen, names, values, cols = set(), [], [], []
+    for r in rows:  # one bar per distinct run (the 2-rank run can be in both groups)
+        key = (r["world_size"], r["per_rank_batch"])
+        if key in seen:
+            continue
+        seen.add(key)
+        names.append(f"{r['world_size']} rank{'s' if r['world_size'] > 1 else ''}\n"
+                     f"b={r['per_rank_batch']}, B={r['world_size'] * r['per_rank_batch']}")
+        values.append(r["global_img_per_s"])
+        cols.append("tab:green" if r["world_size"] > 1 else "tab:grey")
+    bars = ax_p.bar(names, values, color=cols)
+    for bar, v in zip(bars, values):
+        ax_p.text(bar.get_x() + bar.get_width() / 2, v, f"{v:,.0f}", ha="center", va="bottom")
+    ax_p.set(ylabel="global throughput (images/s)", title="Throughput (higher is better)")
+    for kind in ("weak", "strong"):
+        group = sorted((r for r in rows if r["scaling"] == kind), key=lambda r: r["world_size"])
+        if group:
+            ax_e.plot([r["world_size"] for r in group], [r["efficiency"] for r in group], "o-",
+                      color=colors[kind], label=f"{kind} scaling")
+            for r in group:
+                ax_e.annotate(f"{r['efficiency']:.2f}", (r["world_size"], r["efficiency"]),
+                              textcoords="offset points", xytext=(6, 4), color=colors[kind])
+    ax_e.axhline(1.0, color="grey", ls=":", label="ideal")
+    ax_e.set(xlabel="ranks (processes)", ylabel="efficiency  P_W / (P_1 x W)",
+             title="Scaling efficiency (1.0 = ideal)", ylim=(0, 1.25))
+    ax_e.set_xticks(sorted({r["world_size"] for r in rows}))
+    for ax in (ax_p, ax_e):
+        ax.grid(alpha=0.3)
+    ax_e.legend(fontsize=8)
+    return _finish(fig, title, data, path)
+
+
+def plot_loss_curves(curves: dict, title: str = "Large global batch: warm-up or not", lrs=None,
+                     data=None, path=None):
+    """Training loss per step for each labelled run; `lrs` (same labels) adds the LR schedule."""
+    import matplotlib.pyplot as plt
+    n = 2 if lrs else 1
+    fig, axes = plt.subplots(1, n, figsize=(5.5 * n, 4))
+    axes = list(axes) if n > 1 else [axes]
+    for label, curve in curves.items():
+        axes[0].plot(range(1, len(curve) + 1), curve, label=label)
+    axes[0].set(xlabel="step", ylabel="training loss (mean over ranks)", title="Loss (lower is better)")
+    if lrs:
+        for label, lr in lrs.items():
+            axes[1].plot(range(1, len(lr) + 1), lr, label=label)
+        axes[1].set(xlabel="step", ylabel="learning rate", title="LR schedule")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _finish(fig, title, data, path)
+
+
+def plot_step_times(rows: list[dict], title: str = "Gradient buckets and overlap", data=None,
+                    path=None):
+    """Bars of median step time per variant (`label`, `step_time_ms`); shorter is better."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.8))
+    names = [r["label"] for r in rows][::-1]
+    values = [r["step_time_ms"] for r in rows][::-1]
+    bars = ax.barh(names, values, color=["tab:red" if "no overlap" in n else "tab:blue"
+                                         for n in names])
+    top = max(values)
+    for bar, v in zip(bars, values):
+        ax.text(v + 0.01 * top, bar.get_y() + bar.get_height() / 2, f"{v:.1f} ms", va="center")
+    ax.set_xlim(0, top * 1.25)
+    ax.set(xlabel="median step time (ms, lower is better)")
+    ax.grid(axis="x", alpha=0.3)
+    return _finish(fig, title, data, path)

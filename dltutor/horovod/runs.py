@@ -1,0 +1,122 @@
+"""Inside the kernel: run the synthetic benchmark lab (Horovod or its DDP twin) and tabulate it.
+
+    row = run_benchmark("horovod", nproc=2, args=["--tiny"])
+    rows = scaling_table([row1, row2], rate="total_img_sec", ranks="workers", group="engine")
+
+Runs go through `dltutor.launch.run` (horovodrun --gloo for 'horovod', torchrun for 'ddp'), so they
+get its live rank-prefixed output, timeouts, clean-up and rank-named errors. A row holds the
+measured numbers of one launch: img/s per worker (mean over ranks), total img/s (sum over ranks),
+seconds per step, and the rank-0 summary exactly as the lab printed it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from dltutor.core import course
+from dltutor.horovod import benchmark
+
+LABS = {"horovod": "03_horovod/pytorch_synthetic_benchmark.py",
+        "ddp": "03_horovod/ddp_synthetic_benchmark.py"}
+BACKEND = {"horovod": "horovod", "ddp": "local"}
+
+# The course seed (OSU HiDL lab 1): Horovod's synthetic benchmark, ResNet-50, batch 64, 224x224,
+# on V100 GPUs. Quoted, not measured here.
+V100_REFERENCE = [
+    {"run": "REFERENCE: seed, 1x V100 (not measured here)", "workers": 1,
+     "img_sec_per_worker": 336.0, "total_img_sec": 336.0, "speedup": 1.0, "efficiency": 1.0},
+    {"run": "REFERENCE: seed, 2x V100 (~1.9x, not measured here)", "workers": 2,
+     "img_sec_per_worker": 319.2, "total_img_sec": 638.4, "speedup": 1.9, "efficiency": 0.95},
+]
+
+
+def lab_path(engine: str) -> Path:
+    try:
+        return course.lab(LABS[engine])
+    except KeyError:
+        raise ValueError(f"engine must be one of {sorted(LABS)}, got {engine!r}") from None
+
+
+def benchmark_args(model="resnet50", batch_size=64, image_size=224, warmup=10,
+                   batches_per_iter=10, iters=10, no_cuda=False, threads=0,
+                   extra=()) -> list[str]:
+    """The lab's command-line flags for these sizes (threads=0: share the cores)."""
+    args = ["--model", model, "--batch-size", batch_size, "--image-size", image_size,
+            "--num-warmup-batches", warmup, "--num-batches-per-iter", batches_per_iter,
+            "--num-iters", iters, "--threads", threads, *extra]
+    if no_cuda:
+        args.append("--no-cuda")
+    return [str(a) for a in args]
+
+
+def row_from_result(engine: str, nproc: int, result, label: str | None = None) -> dict:
+    """One table row from a LaunchResult of the lab."""
+    metrics = result.metrics
+    if len(metrics) != nproc:
+        raise RuntimeError(f"{engine} run on {nproc} workers reported {len(metrics)} "
+                           f"DLTUTOR_METRICS lines; logs: {result.log_dir}")
+    printed = benchmark.parse_output(Path(result.logs[0]).read_text())
+    per_rank = [m["img_sec_per_worker"] for m in metrics]
+    return {"run": label or f"{engine} x{nproc}", "engine": engine, "workers": nproc,
+            "device": metrics[0]["device"], "model": metrics[0]["model"],
+            "batch_size": metrics[0]["batch_size"], "image_size": metrics[0]["image_size"],
+            "threads": metrics[0]["threads"],
+            "cycle_time_ms": metrics[0].get("cycle_time_ms"),  # Horovod only
+            "fusion_threshold_bytes": metrics[0].get("fusion_threshold_bytes"),
+            "img_sec_per_worker": sum(per_rank) / nproc, "total_img_sec": sum(per_rank),
+            "img_sec_conf": max(m["img_sec_conf"] for m in metrics),
+            "step_time_s": max(m["step_time_s"] for m in metrics),
+            "per_rank": per_rank, "printed": printed, "wall_time_s": result.wall_time}
+
+
+def run_benchmark(engine: str, nproc: int, args=(), env=None, timeout: float = 900.0,
+                  echo: bool = True, label: str | None = None) -> dict:
+    """Launch the `engine` lab on `nproc` local workers and return its row."""
+    from dltutor.launch.run import launch
+    result = launch(lab_path(engine), nproc=nproc, args=list(args), backend=BACKEND[engine],
+                    env=env, timeout=timeout, echo=echo)
+    return row_from_result(engine, nproc, result, label)
+
+
+SETTING_KEYS = {"HOROVOD_FUSION_THRESHOLD": "fusion_threshold_bytes",
+                "HOROVOD_CYCLE_TIME": "cycle_time_ms"}
+
+
+def sweep_setting(name: str, values, args, nproc: int = 2, done: dict | None = None,
+                  timeout: float = 900.0) -> list[tuple[float, float, float, str]]:
+    """(value, seconds per step, its 1.96-sigma spread, run) of the Horovod lab for each value of
+    the environment variable `name`.
+
+    `done` is a Horovod row already measured: its own value (as the lab reported it) joins the
+    sweep without a new run when it is not among `values`.
+    """
+    key = SETTING_KEYS[name]
+
+    def point(row, run):
+        spread = row["step_time_s"] * row["img_sec_conf"] / row["img_sec_per_worker"]
+        return float(row[key]), row["step_time_s"], spread, run
+
+    out = [point(run_benchmark("horovod", nproc, args, env={name: str(v)}, timeout=timeout,
+                               echo=False), f"{name}={v}") for v in values]
+    if done is not None and float(done[key]) not in {p[0] for p in out}:
+        out.append(point(done, f"{done['run']} (run above)"))
+    return sorted(out)
+
+
+def check_efficiency(fn, rows: list[dict]) -> None:
+    """Self-check of the notebook exercise: `fn(total_1, total_n, n)` returns the efficiency."""
+    got = fn(336.0, 638.4, 2)
+    assert got is not None and abs(float(got) - 0.95) < 1e-6, (
+        f"seed reference: 336 img/s on 1 V100 and 638.4 img/s (1.9x) on 2 V100s give an "
+        f"efficiency of 1.9 / 2 = 0.95, but your function returned {got!r}")
+    print("seed reference: efficiency 0.95 -- correct")
+    base = min(rows, key=lambda r: r["workers"])
+    assert base["workers"] == 1, "the exercise needs a 1-worker run in the table"
+    for r in rows:
+        if r["engine"] != base["engine"] or r["workers"] == 1:
+            continue
+        want = r["total_img_sec"] / base["total_img_sec"] / r["workers"]
+        mine = fn(base["total_img_sec"], r["total_img_sec"], r["workers"])
+        assert mine is not None and abs(float(mine) - want) < 1e-6 * max(1.0, want), (
+            f"{r['run']}: total {r['total_img_sec']:.2f} img/s vs {base['total_img_sec']:.2f} on "
+            f"1 worker should give {want:.3f}, your function returned {mine!r}")
+        print(f"{r['run']}: efficiency {want:.3f} -- correct")

@@ -1,0 +1,11 @@
+"""launch: start a lab on N ranks from a notebook or a shell, stream it, always clean up.
+
+  run.py       `launch(script, nproc, ...)`: the one entry point (local, torchrun, horovod, slurm)
+  backends.py  how each launcher is started and how its output names ranks (python, torchrun, horovodrun)
+  results.py   LaunchResult, LaunchError and the rule that blames the rank that failed first
+  processes.py the variables that make a rank, launch tags that find every process, free ports
+  reaper.py    ends every process of a launch when the kernel that started it dies
+  slurm.py     srun steps and batch jobs (submit, poll, stream, cancel); `python -m dltutor.launch.slurm`
+  sites.py     site profiles (partition, GPUs per node, modules) and job scripts from templates
+Used by notebooks 02-05 (and their labs when run from a kernel); imports only dltutor.core.
+"""

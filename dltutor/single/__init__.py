@@ -1,0 +1,7 @@
+"""single: notebook 01 and lab 01 (course/labs/01_cifar10): one device, made fast.
+
+  models.py  the CIFAR ResNet (and torchvision's ResNet-50), parameter counts
+  train.py   train/evaluate loops, History, checkpoint/resume, `fit`
+  speed.py   images/s of several set-ups side by side (workers, on-device data, AMP, compile)
+  plots.py   training curves, image grids, the per-epoch table
+"""

@@ -1,0 +1,9 @@
+"""zero: notebook 04 and lab 04 (course/labs/04_deepspeed): ZeRO and out-of-core BERT with DeepSpeed.
+
+  memory.py  the ZeRO memory formula per stage, and what a run really held
+  budget.py  an OS-enforced memory budget, so "out of memory" happens for real on a CPU
+  bert.py    the BERT-style masked-LM model of the seed, synthetic token batches
+  bert_lab.py  what the two BERT labs share: flags, DeepSpeed config loading, memory report
+  runs.py    from the kernel: launch the DeepSpeed labs and turn their reports into rows
+  plots.py   the memory stack per stage, predicted vs measured, samples/s
+"""

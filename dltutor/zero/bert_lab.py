@@ -1,0 +1,188 @@
+"""What the two BERT labs of course/labs/04_deepspeed share: flags, the DeepSpeed config loader,
+the measured-memory report and the out-of-memory message.
+
+Kept here (not copied between train_bert.py and train_bert_ds.py), as the course's design asks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+
+from dltutor.core import flags
+
+NVME_ENV = "DLTUTOR_NVME_DIR"
+TINY = dict(num_layers=2, h_dim=64, ff_dim=256, num_heads=4, vocab=512, seq_len=16,
+            batch_size=2, num_iterations=4)
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+class ConfigError(ValueError):
+    """A DeepSpeed config that is missing, not JSON, or incomplete — one clear sentence."""
+
+
+def parser(description: str, deepspeed: bool = False) -> argparse.ArgumentParser:
+    """The seed's flags (defaults are the seed's 2.5B model) plus --tiny and the memory budget."""
+    p = flags.parser(description)
+    p.add_argument("--num_layers", type=flags.positive_int, default=192)
+    p.add_argument("--h_dim", type=flags.positive_int, default=1024)
+    p.add_argument("--ff_dim", type=flags.positive_int, default=4096)
+    p.add_argument("--num_heads", type=flags.positive_int, default=16)
+    p.add_argument("--vocab", type=flags.positive_int, default=30522)
+    p.add_argument("--seq_len", type=flags.positive_int, default=128)
+    p.add_argument("--batch_size", type=flags.positive_int, default=1, help="micro-batch per rank")
+    p.add_argument("--num_iterations", type=flags.positive_int, default=10)
+    p.add_argument("--dtype", choices=("auto",) + DTYPES, default="auto",
+                   help="auto: fp16 on GPUs (the seed), fp32 on CPUs")
+    p.add_argument("--lr", type=flags.positive_float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint_dir", default=None, help="save a checkpoint here at the end")
+    p.add_argument("--mem-budget-mb", dest="mem_budget_mb", type=flags.positive_float, default=None,
+                   help="OS-enforced per-process budget (RLIMIT_DATA) above the memory the "
+                        "process holds after start-up; default $DLTUTOR_MEM_BUDGET_MB")
+    p.add_argument("--measure_iter", type=flags.nonnegative_int, default=1,
+                   help="iteration (0-based) whose model-state bytes are sampled")
+    flags.add_tiny(p, TINY, "CI sizes")
+    if deepspeed:
+        p.add_argument("--deepspeed_config", required=True, type=flags.deepspeed_config, help="a JSON file from configs/")
+        p.add_argument("--nvme_path", default=None,
+                       help=f"scratch dir for ZeRO-Infinity NVMe offload (default ${NVME_ENV})")
+        p.add_argument("--resume", action="store_true",
+                       help="load the latest checkpoint in --checkpoint_dir and continue")
+        p.add_argument("--resume_tag", default=None, help="resume from this tag, not the latest")
+        p.add_argument("--save_interval", type=flags.nonnegative_int, default=0,
+                       help="also save every N iterations (0: only at the end)")
+        p.add_argument("--ds_log_level", default="info",
+                       choices=("debug", "info", "warning", "error"),
+                       help="DeepSpeed's log level once training starts (info: its progress "
+                            "lines every steps_per_print steps)")
+        p.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)
+    return p
+
+
+def parse(p: argparse.ArgumentParser, argv=None):
+    """Parse (--tiny fills the sizes you did not give); the model must divide evenly into heads."""
+    args = flags.parse(p, argv)
+    if args.h_dim % args.num_heads:
+        p.error(f"--h_dim {args.h_dim} must be a multiple of --num_heads {args.num_heads}")
+    return args
+
+
+def rank_batch(args, ctx, step: int, device):
+    """This rank's synthetic masked-LM batch for `step`: every rank draws its own (its data shard)."""
+    from dltutor.zero.bert import synthetic_mlm_batch
+    return synthetic_mlm_batch(args.batch_size, args.seq_len, args.vocab,
+                               step=step * ctx.world_size + ctx.rank, seed=args.seed, device=device)
+
+
+def resolve_dtype(args) -> str:
+    """--dtype auto -> fp16 when CUDA is visible (the seed's runs), fp32 on CPU."""
+    if args.dtype == "auto":
+        import torch
+        args.dtype = "fp16" if torch.cuda.is_available() else "fp32"
+    return args.dtype
+
+
+def model_flags(args) -> dict:
+    return dict(num_layers=args.num_layers, h_dim=args.h_dim, ff_dim=args.ff_dim,
+                num_heads=args.num_heads, vocab=args.vocab, seq_len=args.seq_len)
+
+
+def load_ds_config(path, args) -> dict:
+    """Read a DeepSpeed JSON config and fill what depends on the run: batch, dtype, NVMe path.
+
+    "auto" batch -> --batch_size; "auto" buckets, NVMe buffer -> about the largest parameter;
+    "${DLTUTOR_NVME_DIR}" -> --nvme_path or $DLTUTOR_NVME_DIR. Raises ConfigError.
+    """
+    path = Path(path) if path else None
+    if path is None or not path.is_file():
+        raise ConfigError(f"DeepSpeed config {str(path)!r} not found; pass --deepspeed_config "
+                          "with one of course/labs/04_deepspeed/configs/*.json")
+    text = path.read_text()
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"DeepSpeed config {str(path)!r} is not valid JSON: {exc.msg} at "
+                          f"line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(cfg, dict) or "zero_optimization" not in cfg:
+        raise ConfigError(f"DeepSpeed config {str(path)!r} has no 'zero_optimization' section "
+                          "(expected an object like {\"zero_optimization\": {\"stage\": 3}})")
+    if cfg.get("train_micro_batch_size_per_gpu", "auto") == "auto":
+        cfg["train_micro_batch_size_per_gpu"] = args.batch_size
+    cfg.pop("train_batch_size", None)
+    resolve_dtype(args)
+    cfg["fp16"] = {"enabled": args.dtype == "fp16", "initial_scale_power": 16}
+    cfg["bf16"] = {"enabled": args.dtype == "bf16"}
+    zero = cfg["zero_optimization"]
+    largest = max(args.vocab * args.h_dim, args.h_dim * args.ff_dim, 3 * args.h_dim ** 2)
+    # "auto" buckets hold about one weight matrix: small models stay small, big ones stay fast
+    for key, factor in (("reduce_bucket_size", 1), ("allgather_bucket_size", 1),
+                        ("stage3_prefetch_bucket_size", 1), ("stage3_max_live_parameters", 2),
+                        ("sub_group_size", 1)):
+        if zero.get(key) == "auto":
+            zero[key] = int(factor * largest)
+    for key in ("offload_param", "offload_optimizer"):
+        off = zero.get(key) or {}
+        if off.get("buffer_size") == "auto":
+            off["buffer_size"] = int(largest)
+        if "${" in str(off.get("nvme_path", "")):
+            nvme = getattr(args, "nvme_path", None) or os.environ.get(NVME_ENV)
+            if not nvme:
+                raise ConfigError(f"DeepSpeed config {str(path)!r} offloads to NVMe: give a "
+                                  f"scratch directory with --nvme_path or ${NVME_ENV}")
+            os.makedirs(nvme, exist_ok=True)
+            off["nvme_path"] = nvme
+    return cfg
+
+
+def offload_mode(cfg: dict) -> str:
+    zero = cfg.get("zero_optimization", {})
+    devs = {(zero.get(k) or {}).get("device", "none") for k in ("offload_param",
+                                                                 "offload_optimizer")}
+    return "nvme" if "nvme" in devs else "cpu" if "cpu" in devs else "none"
+
+
+def oom_line(phase: str, exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"OUT OF MEMORY during {phase}: {type(exc).__name__}: {first[:300]}"
+
+
+_DS_LOG = re.compile(r"(RunningAvgSamplesPerSec|CurrSamplesPerSec|MemAllocated|MaxMemAllocated"
+                     r"|loss_scale|skipped|lr)=\s*\[?([-\d.e+]+)")
+_STEP = re.compile(r"(?:global_step|(?<![_/\w])step)=(\d+)")
+_OVERFLOW = re.compile(r"OVERFLOW!.*?(?:loss scale:\s*(\d+), reducing to\s*(\d+))?\s*$")
+
+
+def parse_deepspeed_log(text: str) -> list[dict]:
+    """DeepSpeed's own progress lines (`steps_per_print`) as rows of numbers, one per step.
+
+    The `step=` line (lr, skipped) and the throughput line of the same step (`global_step=`,
+    RunningAvgSamplesPerSec, CurrSamplesPerSec, MemAllocated, MaxMemAllocated in GB) become one
+    row; an fp16 `OVERFLOW! ... reducing to N` line before them sets `overflow` and
+    `loss_scale` (the new scale) on the step it skipped. When the step count starts again (a
+    log with several runs, e.g. sweep_zero.py), `run` counts up from 0.
+    """
+    rows, run, last, overflow = [], 0, 0, None
+    for line in text.splitlines():
+        ov = _OVERFLOW.search(line)
+        if ov:
+            overflow = float(ov.group(2)) if ov.group(2) else float("nan")
+            continue
+        step = _STEP.search(line)
+        found = dict(_DS_LOG.findall(line))
+        if not (step and found):
+            continue
+        n = int(step.group(1))
+        if n < last or (n == last and "global_step" not in line and rows
+                        and "lr" in rows[-1]):
+            run += 1                                   # the step count started again
+        last = n
+        if not rows or rows[-1]["step"] != n or rows[-1]["run"] != run:
+            rows.append({"run": run, "step": n})
+        rows[-1].update({k: float(v) for k, v in found.items()})
+        if overflow is not None:
+            rows[-1].update(overflow=True, loss_scale=overflow)
+            overflow = None
+    return rows

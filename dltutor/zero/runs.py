@@ -1,0 +1,139 @@
+"""Inside the kernel: launch the DeepSpeed labs of course/labs/04_deepspeed and turn what they
+report into rows (one per config) that notebook 04 prints and plots.
+
+    rows, result = sweep(["zero0", "zero3"], nproc=2, sizes=dict(num_layers=2, h_dim=64))
+    oom = run_plain_under_budget(sizes, budget_mb=320)   # never raises: the OOM is the result
+
+Memory in a row is per rank (rank 0), in MiB: `params_MiB` / `grads_MiB` / `optimizer_MiB` /
+`measured` are the model-state bytes the rank really held (dltutor.zero.memory.ModelStateMeter),
+`predicted` the formula's M_m + M_o + M_g for the same stage and d; `peak_rss` the process
+high-water mark.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from dltutor.core import course
+from dltutor.core.units import MiB
+from dltutor.zero import bert_lab
+from dltutor.core.engines import engine_env
+from dltutor.launch.results import LaunchError
+from dltutor.launch.run import launch
+from dltutor.zero.budget import is_out_of_memory
+
+LABELS = {"zero0": "stage 0", "zero1": "stage 1", "zero2": "stage 2", "zero3": "stage 3",
+          "zero3_offload_cpu": "stage 3 + CPU offload", "zero3_offload_nvme": "stage 3 + NVMe",
+          "plain": "plain PyTorch"}
+
+
+def size_flags(sizes: dict) -> list[str]:
+    """{'num_layers': 6, ...} -> ['--num_layers', '6', ...] (the labs' flags)."""
+    out = []
+    for key, value in sizes.items():
+        out += [f"--{key}", str(value)]
+    return out
+
+
+def row_of(m: dict, config: str, nproc: int) -> dict:
+    """One table row from a rank's DLTUTOR_METRICS dict."""
+    held = m.get("model_state_bytes") or {}
+    pred = m.get("predicted") or {}
+    row = dict(config=config, label=LABELS.get(config, config), ranks=nproc,
+               stage=m.get("stage"), offload=m.get("offload"), params=m.get("params"),
+               dtype=m.get("dtype"),
+               **{f"{k}_MiB": held.get(k, 0) / MiB for k in ("params", "grads", "optimizer")})
+    row["measured"] = held.get("total", 0) / MiB
+    row["predicted"] = pred.get("model_states", 0) / MiB
+    row["ratio"] = row["measured"] / row["predicted"] if row["predicted"] else None
+    row["samples_per_s"] = m.get("samples_per_s")
+    row["peak_rss"] = (m.get("VmHWM") or m.get("peak_rss") or 0) / MiB
+    row["losses"] = m.get("losses")
+    row["budget_MiB"] = (m.get("budget_bytes") or 0) / MiB or None
+    return row
+
+
+def _args(config: str, sizes: dict, budget_mb=None, nvme_dir=None) -> list[str]:
+    args = size_flags(sizes)
+    if budget_mb:
+        args += ["--mem-budget-mb", str(budget_mb)]
+    if config != "plain":
+        args += ["--deepspeed_config", str(course.lab(f"04_deepspeed/configs/{config}.json"))]
+    if nvme_dir:
+        args += ["--nvme_path", str(nvme_dir)]
+    return args
+
+
+def run_config(config: str, nproc: int, sizes: dict, budget_mb=None, nvme_dir=None,
+               timeout: float = 900, log_dir=None):
+    """Launch train_bert_ds.py (or train_bert.py for 'plain') once; (row of rank 0, result)."""
+    script = course.lab("04_deepspeed/" + ("train_bert.py" if config == "plain" else "train_bert_ds.py"))
+    res = launch(str(script), nproc=nproc, args=_args(config, sizes, budget_mb, nvme_dir),
+                 env=engine_env(), echo=False, timeout=timeout, log_dir=log_dir)
+    return row_of(res.metrics[0], config, nproc), res
+
+
+def sweep(configs, nproc: int, sizes: dict, timeout: float = 900, log_dir=None):
+    """All `configs` in ONE launch of sweep_zero.py (no budget); (rows in order, result)."""
+    args = ["--configs", ",".join(configs)] + size_flags(sizes)
+    res = launch(str(course.lab("04_deepspeed/sweep_zero.py")), nproc=nproc, args=args, env=engine_env(),
+                 echo=False, timeout=timeout, log_dir=log_dir)
+    by = {m["config"]: m for m in res.metrics if m.get("rank", 0) == 0}
+    return [row_of(by[c], c, nproc) for c in configs if c in by], res
+
+
+def _log_text(result) -> str:
+    if result is None:
+        return ""
+    return "\n".join(Path(p).read_text(errors="replace") for p in result.logs.values()
+                     if Path(p).is_file())
+
+
+def allocator_lines(text: str) -> list[str]:
+    """The lines of a log that carry the out-of-memory error (ours and the allocator's)."""
+    return [ln.strip() for ln in text.splitlines()
+            if is_out_of_memory(ln) or "OUT OF MEMORY during" in ln]
+
+
+def run_plain_under_budget(sizes: dict, budget_mb: float, timeout: float = 900) -> dict:
+    """train_bert.py on 1 process under the OS-enforced budget. Never raises on failure.
+
+    Returns {ok, oom, lines (the OOM lines of the log), error (first line of the LaunchError),
+    log (path of rank 0's log), row (when it trained after all)}.
+    """
+    try:
+        row, res = run_config("plain", 1, sizes, budget_mb=budget_mb, timeout=timeout)
+        return dict(ok=True, oom=False, lines=[], error=None, log=str(res.logs.get(0)), row=row)
+    except LaunchError as err:
+        text = _log_text(err.result) or str(err)
+        log = str(err.result.logs.get(0)) if err.result is not None else None
+        return dict(ok=False, oom=is_out_of_memory(text), lines=allocator_lines(text),
+                    error=str(err).splitlines()[0], log=log, row=None)
+
+
+def deepspeed_log_table(result, rank: int = 0) -> list[dict]:
+    """DeepSpeed's own progress lines in one rank's log, parsed (bert_lab.parse_deepspeed_log)."""
+    path = Path(result.logs[rank])
+    return bert_lab.parse_deepspeed_log(path.read_text(errors="replace"))
+
+
+def with_speed_ratio(rows: list[dict], base: str = "zero0") -> list[dict]:
+    """Add `speed_vs_stage0` and `memory_vs_stage0` (ratios to the `base` config's row)."""
+    ref = next((r for r in rows if r["config"] == base), None)
+    for r in rows:
+        r["speed_vs_stage0"] = (r["samples_per_s"] / ref["samples_per_s"]
+                                if ref and r["samples_per_s"] and ref["samples_per_s"] else None)
+        r["memory_vs_stage0"] = r["measured"] / ref["measured"] if ref and ref["measured"] else None
+    return rows
+
+
+def budget_rows(oom: dict, runs) -> list[dict]:
+    """One row per run under the memory budget: the plain run (from `run_plain_under_budget`), then
+    each `(name, row)` of `runs` (rows from `run_config`), with formula vs held model-state MiB."""
+    params = next((r["params"] for _, r in runs if "params" in r), None)
+    rows = [dict(run="plain PyTorch, 1 process", ranks=1,
+                 result="OUT OF MEMORY" if oom["oom"] else "trained",
+                 formula_MiB=round(16 * params / MiB) if params else "-", held_MiB="-")]
+    for name, r in runs:
+        rows.append(dict(run=name, ranks=r["ranks"], result="trained",
+                         formula_MiB=round(r["predicted"]), held_MiB=round(r["measured"])))
+    return rows

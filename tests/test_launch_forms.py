@@ -1,0 +1,246 @@
+"""Every documented launch form runs: the labs' "Launch forms" blocks and the README's commands.
+
+The forms are read from the text itself, so a form added to a docstring or to the README is
+tested without writing a test. Each form is classified:
+
+  * runs here  -> run for real at its smallest size (`--tiny` added where the lab has it and the
+                  form lacks it), in a copy of the course, and must exit 0 and report;
+  * needs more -> GPUs, several nodes, more ranks than this machine has cores, MPI, conda, a
+                  placeholder path, or `[full size]`: listed with the reason, and checked to be
+                  well-formed: a known launcher, a script that exists, and only flags the lab's
+                  own --help knows.
+`srun`/`sbatch` forms run in the tests' one-node Slurm.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from dltutor.core.env import cpu_cores
+
+ROOT = Path(__file__).resolve().parents[1]
+LABS = ROOT / "course" / "labs"
+LAUNCHERS = {"python", "torchrun", "horovodrun", "deepspeed", "srun", "sbatch", "mpirun",
+             "mpiexec", "make", "conda", "export"}
+RANK_FLAGS = ("--nproc-per-node", "-np", "--ntasks", "-n", "--num_gpus")
+
+
+@dataclass
+class Form:
+    where: str                 # file:line
+    cwd: Path                  # where it is meant to be typed (relative to the repo root)
+    argv: list
+    comment: str = ""
+    env: dict = field(default_factory=dict)
+
+    def __str__(self):
+        return f"{self.where}: {shlex.join(self.argv)}"
+
+
+def _logical_lines(lines):
+    """Lines with `\\` continuations joined, each with its number."""
+    out, buf, start = [], "", None
+    for no, line in lines:
+        start = no if not buf else start
+        if line.rstrip().endswith("\\"):
+            buf += line.rstrip()[:-1] + " "
+            continue
+        out.append((start, buf + line))
+        buf = ""
+    return out
+
+
+def _split_comment(text):
+    """(command, comment): the comment starts at the first unquoted ` #`."""
+    quote = None
+    for i, ch in enumerate(text):
+        if ch in "'\"" and quote in (None, ch):
+            quote = None if quote else ch
+        elif ch == "#" and quote is None and (i == 0 or text[i - 1].isspace()):
+            return text[:i], text[i + 1:].strip()
+    return text, ""
+
+
+def _form(where, cwd, text):
+    command, comment = _split_comment(text)
+    words = shlex.split(command)
+    env = {}
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    return Form(where, cwd, words, comment, env) if words else None
+
+
+def lab_forms() -> list[Form]:
+    forms = []
+    for path in sorted(LABS.glob("*/*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        lines = doc.splitlines()
+        heads = [i for i, line in enumerate(lines) if line.startswith("Launch forms")]
+        assert heads, f"{path.relative_to(ROOT)}: no 'Launch forms' block in the docstring"
+        block = []
+        for i in range(heads[0] + 1, len(lines)):
+            if not lines[i].startswith((" ", "\t")) or not lines[i].strip():
+                break
+            block.append((i + 1, lines[i]))
+        for no, text in _logical_lines(block):
+            form = _form(f"{path.relative_to(ROOT)}:doc{no}", path.parent, text.strip())
+            if form:
+                forms.append(form)
+    return forms
+
+
+def readme_forms() -> list[Form]:
+    text = (ROOT / "README.md").read_text().splitlines()
+    forms, inside, block = [], False, []
+    for no, line in enumerate(text, start=1):
+        if line.startswith("```"):
+            if inside:
+                for n, logical in _logical_lines(block):
+                    form = _form(f"README.md:{n}", ROOT, logical.strip())
+                    if form:
+                        forms.append(form)
+            inside, block = line.strip() == "```bash", []
+            continue
+        if inside:
+            block.append((no, line))
+    return forms
+
+
+FORMS = lab_forms() + readme_forms()
+
+
+def _value(argv, *names):
+    for i, word in enumerate(argv):
+        for name in names:
+            if word == name and i + 1 < len(argv):
+                return argv[i + 1]
+            if word.startswith(name + "="):
+                return word.split("=", 1)[1]
+    return None
+
+
+def script_of(form: Form) -> Path | None:
+    """The lab script the form starts (first *.py word), resolved against the form's folder."""
+    for word in form.argv:
+        for part in shlex.split(word) if " " in word else [word]:
+            if part.endswith(".py"):
+                return (form.cwd / part)
+    return None
+
+
+def needs(form: Form) -> str | None:
+    """Why this form cannot run on this machine, or None when it can."""
+    argv, prog = form.argv, form.argv[0]
+    joined = " ".join(argv)
+    if prog not in LAUNCHERS:
+        return f"unknown launcher {prog!r}"
+    if "[full size]" in form.comment:
+        return "full size (marked [full size])"
+    if prog in ("make", "conda", "export"):
+        return {"make": "the README's own commands: `make test` is CI, `make lab HEADLESS=1` "
+                        "has tests/test_headless_lab.py",
+                "conda": "conda (the portal route; its file is checked by test_environment)",
+                "export": "a shell setting"}[prog]
+    if prog in ("mpirun", "mpiexec"):
+        return "MPI (not installed here)"
+    if "$" in joined or "/path/to" in joined or "/scratch" in joined:
+        return "a site-specific value (placeholder)"
+    if re.search(r"--gpus|--gpus-per-task|--gres", joined):
+        return "GPUs"
+    nodes = _value(argv, "--nnodes", "-N", "--nodes")
+    hosts = _value(argv, "-H")
+    if (nodes and nodes.split(":")[-1] != "1") or (hosts and "," in hosts):
+        return "several nodes"
+    per_node = _value(argv, "--ntasks-per-node")
+    ranks = next((int(v) for v in (_value(argv, f) for f in RANK_FLAGS) if v and v.isdigit()), 1)
+    if per_node and ranks > int(per_node):
+        return "several nodes"
+    if ranks > cpu_cores():
+        return f"{ranks} ranks: more than the {cpu_cores()} cores here"
+    return None
+
+
+@lru_cache(maxsize=None)
+def lab_help(script: Path) -> str:
+    out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                         timeout=120, cwd=script.parent)
+    assert out.returncode == 0, f"{script} --help failed:\n{out.stderr[-2000:]}"
+    return out.stdout
+
+
+def test_the_forms_are_found():
+    labs = {Path(f.where.split(":")[0]).parent.name for f in FORMS if f.where.startswith("course")}
+    assert labs == {p.name for p in LABS.iterdir() if list(p.glob("*.py"))}, labs
+    assert any(f.where.startswith("README") and f.argv[0] == "torchrun" for f in FORMS)
+
+
+@pytest.mark.parametrize("form", [f for f in FORMS if needs(f)], ids=str)
+def test_form_that_needs_more_is_well_formed(form):
+    reason = needs(form)
+    assert not reason.startswith("unknown launcher"), f"{form}: {reason}"
+    script = script_of(form)
+    if script is None or form.argv[0] in ("make", "conda", "export"):
+        return
+    assert script.is_file(), f"{form}: no such script {script}"
+    options = lab_help(script).split("\noptions:\n", 1)[-1]   # not the docstring's forms
+    known = set(re.findall(r"(--?[A-Za-z][\w-]*)", options))
+    after = form.argv[[i for i, w in enumerate(form.argv) if w.endswith(".py")][0] + 1:] \
+        if any(w.endswith(".py") for w in form.argv) else []
+    unknown = [w.split("=")[0] for w in after if w.startswith("-") and w.split("=")[0] not in known]
+    assert not unknown, f"{form}: flags the lab does not have: {unknown}"
+
+
+@pytest.fixture(scope="module")
+def course_copy(tmp_path_factory):
+    """A copy of the course, so forms that write (checkpoints, logs) never touch the checkout."""
+    dest = tmp_path_factory.mktemp("course") / "course"
+    shutil.copytree(ROOT / "course", dest, ignore=shutil.ignore_patterns("runs", "checkpoints"))
+    return dest
+
+
+def _runnable_argv(form: Form) -> list[str]:
+    argv = list(form.argv)
+    script = script_of(form)
+    if script is not None and "--tiny" in lab_help(script) and "--tiny" not in " ".join(argv):
+        if argv[0] == "sbatch":
+            i = argv.index("--wrap") + 1
+            argv[i] += " --tiny"
+        else:
+            argv.append("--tiny")
+    if argv[0] == "horovodrun":   # horovodrun and torchrun from the course environment
+        argv[0] = str(Path(sys.executable).with_name("horovodrun"))
+    if argv[0] in ("torchrun", "deepspeed"):
+        argv[0] = str(Path(sys.executable).with_name(argv[0]))
+    return [sys.executable if w == "python" else w for w in argv]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", [f for f in FORMS if not needs(f)], ids=str)
+def test_form_runs_here(form, course_copy, request, tmp_path):
+    if form.argv[0] in ("srun", "sbatch"):
+        request.getfixturevalue("slurm_cluster")
+    cwd = course_copy / form.cwd.relative_to(ROOT / "course") if form.cwd != ROOT else course_copy.parent
+    argv = _runnable_argv(form)
+    if argv[0] == "sbatch":
+        argv[1:1] = ["--wait", f"--output={tmp_path / 'job.out'}", "--time=00:05:00"]
+    env = {**os.environ, **form.env, "DLTUTOR_OFFLINE": "1", "JUPYTER_DATA_DIR": str(tmp_path),
+           "PATH":
+           f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=420,
+                         start_new_session=True)
+    text = out.stdout + out.stderr + ((tmp_path / "job.out").read_text()
+                                      if (tmp_path / "job.out").exists() else "")
+    assert out.returncode == 0, f"{form}\nran: {shlex.join(argv)}\n{text[-4000:]}"
+    if script_of(form) is not None and form.argv[0] != "make":
+        assert ("DLTUTOR_METRICS" in text or "Total img/sec" in text), f"{form}: no report\n{text[-2000:]}"

@@ -1,0 +1,23 @@
+"""The one table formatter of the course (dltutor.core.tables.format_table)."""
+from dltutor.core.tables import format_table
+
+
+def test_columns_align_numbers_right_and_text_left():
+    rows = [{"run": "horovod x1", "img_s": 20.64, "n": 1, "speedup": 1.0},
+            {"run": "ddp x2", "img_s": 1271.4, "n": 12000, "speedup": None}]
+    lines = format_table(rows, ["run", "img_s", "n", "speedup"], title="T").splitlines()
+    assert lines[0] == "T"
+    assert lines[1].split() == ["run", "img_s", "n", "speedup"]
+    assert set(lines[2]) <= {"-", " "}
+    assert lines[3].startswith("horovod x1") and lines[3].rstrip().endswith("1")
+    assert "20.6" in lines[3] and "1,271" in lines[4] and "12,000" in lines[4]
+    assert lines[4].rstrip().endswith("-")                    # None prints as `missing`
+    assert len({len(line) for line in lines[1:3]}) == 1       # header and rule line up
+
+
+def test_digits_headers_and_left_columns():
+    rows = [{"a": 0.123456, "b": "ok"}]
+    out = format_table(rows, ["a", "b"], headers={"a": "alpha"}, digits={"a": 4}, left=("b",),
+                       missing="n/a")
+    assert "alpha" in out and "0.1235" in out
+    assert format_table([], ["x"]).splitlines()[0] == "x"
