@@ -5,6 +5,8 @@
 #   make test                set up (once, with the test system packages) and run the whole suite
 #   make bench               benchmarks (ratios measured side by side in one run)
 #   make doctor              the environment table
+#   make gpu-check           on a GPU node: every lab (--tiny, all GPUs) and notebook (fast mode),
+#                            a record in docs/verified/ (PY=python3: a site Python with torch)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -15,7 +17,7 @@ TOKEN ?=
 PYTEST_ARGS ?=
 ROOTFLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup setup-test lab test bench doctor clean-notebooks
+.PHONY: setup setup-test lab test bench doctor clean-notebooks constraints gpu-check
 
 setup:
 	bash scripts/setup.sh
@@ -57,5 +59,14 @@ bench: setup
 doctor: setup
 	$(PY) -m dltutor doctor
 
+# No setup prerequisite: it must also run on an existing Python with torch (PY=python3).
+gpu-check:
+	$(PY) scripts/gpu_check.py $(GPU_CHECK_ARGS)
+
 clean-notebooks:
 	$(PY) scripts/strip_notebooks.py course/notebooks/*.ipynb
+
+# After an upgrade that passed `make test`: pin what .venv now holds (see the header of the file).
+constraints: setup
+	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable \
+	  | grep -v "@ file" | grep -vi "^horovod"; } > constraints.txt.new && mv constraints.txt.new constraints.txt

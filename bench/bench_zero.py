@@ -1,13 +1,14 @@
-"""ZeRO in one run: per-rank model-state memory of stage 3 over 2 ranks vs stage 0, and the
-samples/s of every stage and offload mode relative to stage 0.
+"""ZeRO in one run: per-rank model-state memory of stage 3 (and PyTorch FSDP2) over 2 ranks vs
+stage 0, and the samples/s of every stage and offload mode relative to stage 0.
 
     .venv/bin/python bench/bench_zero.py                    (fp32, the default size below)
     .venv/bin/python bench/bench_zero.py --dtype fp16       (any lab flag overrides the default)
     .venv/bin/python bench/bench_zero.py --dtype bf16 --num_layers 12
 
-Two launches: course/labs/04_deepspeed/sweep_zero.py runs stages 0-3 and stage 3 + CPU offload
+Three launches: course/labs/04_deepspeed/sweep_zero.py runs stages 0-3 and stage 3 + CPU offload
 one after the other in one 2-rank process group; train_bert_ds.py runs ZeRO-Infinity NVMe
-offload on 1 rank (scratch dir under the system temp dir). Memory is the model-state bytes the
+offload on 1 rank (scratch dir under the system temp dir); train_bert_fsdp.py runs PyTorch FSDP2
+on 2 ranks, its memory set beside ZeRO-3's. Memory is the model-state bytes the
 lab measured (parameters + gradients + optimizer tensors held by rank 0); goal: stage 3 <= 1.2 x
 1/2 of stage 0. Speeds (samples/s of all ranks together) are ratios to stage 0 measured side by
 side on this machine, in the same run.
@@ -43,6 +44,10 @@ def main(argv):
                                            timeout=1800)[0])
         except Exception as exc:
             print(f"zero3_offload_nvme FAILED: {str(exc).splitlines()[0]}")
+    try:
+        rows.append(runs.run_fsdp2(2, sizes, timeout=1800)[0])   # PyTorch FSDP2, same sizes
+    except Exception as exc:
+        print(f"fsdp2 FAILED: {str(exc).splitlines()[0]}")
     runs.with_speed_ratio(rows)
     print(f"sizes {sizes}  [{hardware_label()}]")
     print(f"{'config':20s} ranks  model-state MiB/rank  formula MiB  vs stage0  samples/s  "
@@ -57,6 +62,11 @@ def main(argv):
         ratio = by["zero3"]["measured"] / by["zero0"]["measured"]
         print(f"stage 3 over 2 ranks holds {ratio:.3f} x stage 0's model states per rank "
               f"(goal <= {1.2 * 0.5:.2f}): {'MET' if ratio <= 0.6 else 'NOT MET'}")
+    if "zero3" in by and "fsdp2" in by:
+        f, z = by["fsdp2"], by["zero3"]
+        print(f"FSDP2 over 2 ranks holds {f['measured'] / z['measured']:.3f} x ZeRO-3's model "
+              f"states per rank (formulas: {f['predicted'] / z['predicted']:.3f} x); FSDP2 "
+              f"measured / its formula {f['ratio']:.3f}")
     return 0
 
 

@@ -1,15 +1,17 @@
 """`python -m dltutor ...`: the doctor, data staging and the Jupyter kernel, from a shell.
 
     python -m dltutor doctor                 # the environment table (exit 1 if a row is a problem)
-    python -m dltutor data stage --from DIR  # copy a pre-staged CIFAR-10 into the data dir
-    python -m dltutor data where             # print the data dir
+    python -m dltutor data stage --from DIR  # copy a shared CIFAR-10 (or Fashion-MNIST) into the data dir
+    python -m dltutor data where             # print the data dir, then what data is there
     python -m dltutor kernel install         # register this python as the Jupyter kernel `dltutor`
     python -m dltutor kernel uninstall       # remove it
+    python -m dltutor preflight [--fast] [--site NAME] [--notebooks 02 05]   # the day before class
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from dltutor.core import flags
 
@@ -21,16 +23,22 @@ def _doctor(args) -> int:
 
 def _data(args) -> int:
     from dltutor.core import env
-    if args.action == "where":
-        print(env.data_dir())
-        return 0
     from dltutor.data import staging
+    if args.action == "where":
+        root = args.dest or env.data_dir()
+        facts = staging.describe(root)
+        print(root)
+        print(f"  CIFAR-10: {'staged in ' + facts['cifar10_dir'] if facts['staged'] else 'not staged'}")
+        print(f"  Fashion-MNIST: {facts['fashion_mnist']}")
+        if not facts["staged"]:
+            print(f"  without CIFAR-10 the course trains on: {facts['fallback']}")
+        return 0
     try:
-        path = staging.stage_cifar10(args.src, dest=args.dest)
-    except (FileNotFoundError, staging.CorruptDataError) as exc:
+        what, path = staging.stage(args.src, dest=args.dest)
+    except (FileNotFoundError, staging.CorruptDataError, staging.fashion_mnist.FashionMNISTError) as exc:
         print(f"python -m dltutor data stage: {exc}", file=sys.stderr)
         return 2
-    print(f"CIFAR-10 staged at {path}")
+    print(f"{what} staged at {path}")
     return 0
 
 
@@ -48,6 +56,16 @@ def _kernel(args) -> int:
     return 0
 
 
+def _preflight(args) -> int:
+    from dltutor import preflight
+    try:
+        status, _ = preflight.preflight(args.notebooks, args.site, args.fast, args.out, args.timeout)
+    except (ValueError, RuntimeError) as exc:
+        print(f"python -m dltutor preflight: {exc}", file=sys.stderr)
+        return 2
+    return status
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dltutor", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -60,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     data = sub.add_parser("data", help="stage or locate course data")
     data.add_argument("action", choices=["stage", "where"])
     data.add_argument("--from", dest="src", type=flags.existing_path, help="a directory holding cifar-10-batches-py or "
-                      "cifar-10-python.tar.gz (e.g. a shared copy on the cluster)")
+                      "cifar-10-python.tar.gz (e.g. a shared copy on the cluster), or the four "
+                      "Fashion-MNIST idx files (the stand-in used without CIFAR-10)")
     data.add_argument("--dest", default=None, help="data dir (default: $DLTUTOR_DATA or ~/.cache/dltutor/data)")
     data.set_defaults(func=_data)
 
@@ -72,6 +91,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="user (your Jupyter data dir, e.g. on a hub), sys-prefix (this "
                         "environment) or a prefix path")
     k.set_defaults(func=_kernel)
+
+    f = sub.add_parser("preflight", help="run the doctor and every notebook headless, write a report")
+    f.add_argument("--fast", action="store_true", help="DLTUTOR_FAST=1: small sizes (a check, not a rehearsal)")
+    f.add_argument("--site", default=None, help="site profile for Slurm launches (course/labs/sites; "
+                   "default $DLTUTOR_SITE or local)")
+    f.add_argument("--notebooks", nargs="+", default=None, metavar="NN",
+                   help="only the notebooks whose names start so, e.g. 02 05 (default: all)")
+    f.add_argument("--out", type=Path,
+                   default=None, help="report folder (default <dltutor cache>/preflight/<time>)")
+    f.add_argument("--timeout", type=flags.positive_int, default=1800, help="seconds per notebook cell (default 1800)")
+    f.set_defaults(func=_preflight)
     return p
 
 
@@ -79,7 +109,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = flags.parse(parser, argv)
     if args.command == "data" and args.action == "stage" and not args.src:
-        parser.error("data stage needs --from DIR (where the shared CIFAR-10 copy is)")
+        parser.error("data stage needs --from DIR (where the shared CIFAR-10 or Fashion-MNIST copy is)")
     return args.func(args)
 
 

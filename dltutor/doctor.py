@@ -56,6 +56,27 @@ def _torch_rows() -> list[Row]:
     return rows
 
 
+def horovod_rebuild_command(python: str = sys.executable) -> str:
+    """The shell command that rebuilds Horovod with NCCL for `python` (scripts/build_horovod.sh)."""
+    return (f"DLTUTOR_HOROVOD_NCCL=1 DLTUTOR_HOROVOD_REBUILD=1 bash scripts/build_horovod.sh {python}"
+            "  (on the GPU node, with nvcc and NCCL; CUDA_HOME / HOROVOD_NCCL_HOME if not found)")
+
+
+def horovod_build_row(details: dict | None, gpus: int, python: str = sys.executable) -> Row:
+    """What Horovod was built with (hvd.nccl_built(), mpi_built(), gloo_built()) and whether that
+    suits this node: a GPU node needs NCCL, or GPU tensors cannot go through Horovod. Pure."""
+    if not details or "nccl" not in details:
+        return Row("horovod build", "unknown (Horovod does not load)", INFO)
+    value = ", ".join(f"{k}={'yes' if details.get(k) else 'no'}" for k in ("nccl", "mpi", "gloo"))
+    if gpus and not details.get("nccl"):
+        return Row("horovod build", f"{value}; {gpus} GPU(s) here", PROBLEM,
+                   "GPU present, Horovod without NCCL: rebuild with " + horovod_rebuild_command(python))
+    if not details.get("gloo") and not details.get("mpi"):
+        return Row("horovod build", value, PROBLEM, "no controller (Gloo or MPI): rebuild Horovod")
+    how = "horovodrun --gloo (CPU)" if not gpus else "horovodrun without --gloo, NCCL for GPU tensors"
+    return Row("horovod build", f"{value}: {how}")
+
+
 def _engine_rows() -> list[Row]:
     from dltutor.core import engines
     rows = []
@@ -67,6 +88,9 @@ def _engine_rows() -> list[Row]:
             rows.append(Row(name, f"{info.get('version')} ({detail})" if detail else str(info.get("version"))))
         else:
             rows.append(Row(name, "not importable", PROBLEM, info.get("fix") or "run `make setup`"))
+        if name == "horovod" and info.get("version"):
+            rows.append(horovod_build_row(info.get("details") if info.get("importable") else None,
+                                          device.gpu_count()))
     return rows
 
 
@@ -109,7 +133,7 @@ def _data_rows() -> list[Row]:
         staged = facts.get("cifar10_present") or facts.get("staged")
         rows.append(Row("CIFAR-10", "present" if staged else "not staged", OK if staged else INFO,
                         "" if staged else "python -m dltutor data stage --from DIR (or download on a "
-                        "node with internet); else notebooks use a SYNTHETIC stand-in"))
+                        f"node with internet); else notebooks use {facts.get('fallback', 'a SYNTHETIC stand-in')}"))
     except Exception as exc:  # the doctor must always render
         rows.append(Row("CIFAR-10", f"could not check: {exc}", INFO))
     return rows

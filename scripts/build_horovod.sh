@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Build Horovod 0.28.1 for the torch of PYTHON, with PyTorch + Gloo (no MPI, no TF/MXNet), and
-# install it. The wheel is kept in the cache, so a second run (or a second venv with the same
+# Build Horovod 0.28.1 for the torch of PYTHON, with PyTorch + Gloo (no MPI, no TF/MXNet), plus
+# NCCL for GPU tensors on a GPU node (see DLTUTOR_HOROVOD_NCCL), and install it. The wheel is kept in the cache, so a second run (or a second venv with the same
 # torch and Python) only installs it.
 #
 #   bash scripts/build_horovod.sh PYTHON            e.g. bash scripts/build_horovod.sh .venv/bin/python
 #
 # Environment:
 #   DLTUTOR_CACHE            cache root (default ~/.cache/dltutor); wheels go to $DLTUTOR_CACHE/wheels
-#   HOROVOD_GPU_OPERATIONS   unset -> CPU/Gloo build (the default, everywhere);
-#                            NCCL  -> GPU build on a CUDA site (needs nvcc, NCCL; CUDA_HOME helps)
+#   DLTUTOR_HOROVOD_NCCL     auto (default) -> NCCL build when nvcc is on PATH and torch (a CUDA
+#                            build) sees a GPU, else the CPU/Gloo build; 1 -> NCCL build; 0 -> Gloo only
+#   HOROVOD_GPU_OPERATIONS   set by hand wins over DLTUTOR_HOROVOD_NCCL: NCCL -> GPU build on a CUDA
+#                            site (needs nvcc, NCCL; CUDA_HOME helps; HOROVOD_NCCL_HOME is taken from
+#                            the nvidia-nccl wheel next to torch when it has nccl.h)
+#                            Either GPU build keeps Gloo, so `horovodrun --gloo` works on the CPU too.
 #   DLTUTOR_HOROVOD_REBUILD  1 -> ignore a cached wheel and build again
 #   MAKEFLAGS                default -j<cores>; Horovod's setup.py passes -j8 unless MAKEFLAGS is set
 #
@@ -25,6 +29,12 @@ WHEELS=$CACHE/wheels
 say() { printf '[build_horovod] %s\n' "$*"; }
 die() { printf '[build_horovod] ERROR: %s\n' "$*" >&2; exit 1; }
 
+case "${DLTUTOR_HOROVOD_NCCL:-auto}" in    # checked first: a wrong switch costs no time
+    1|yes|true) command -v nvcc >/dev/null \
+        || die "DLTUTOR_HOROVOD_NCCL=1 (NCCL build) needs nvcc on PATH (e.g. module load cuda)" ;;
+    0|no|false|auto) ;;
+    *) die "DLTUTOR_HOROVOD_NCCL must be 1, 0 or auto, not '${DLTUTOR_HOROVOD_NCCL}'" ;;
+esac
 [ -x "$PY" ] || command -v "$PY" >/dev/null || die "no python at '$PY'"
 PY=$(command -v "$PY" 2>/dev/null || echo "$PY")
 "$PY" -c 'import torch' 2>/dev/null || die "$PY cannot import torch; install torch first"
@@ -32,9 +42,38 @@ PY=$(command -v "$PY" 2>/dev/null || echo "$PY")
 # What decides binary compatibility: torch version, Python tag, CPU vs GPU ops.
 TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)
 PYTAG=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+# NCCL or not: an explicit HOROVOD_GPU_OPERATIONS wins, else DLTUTOR_HOROVOD_NCCL (1 / 0 / auto).
+if [ -z "${HOROVOD_GPU_OPERATIONS:-}" ]; then
+    case "${DLTUTOR_HOROVOD_NCCL:-auto}" in
+        1|yes|true) export HOROVOD_GPU_OPERATIONS=NCCL; say "DLTUTOR_HOROVOD_NCCL=1: NCCL build" ;;
+        0|no|false) say "DLTUTOR_HOROVOD_NCCL=0: CPU/Gloo build" ;;
+        auto)
+            if command -v nvcc >/dev/null && "$PY" -c 'import sys, torch
+sys.exit(0 if torch.version.cuda and torch.cuda.device_count() > 0 else 1)' 2>/dev/null; then
+                export HOROVOD_GPU_OPERATIONS=NCCL
+                say "auto: nvcc and a GPU found: NCCL build (DLTUTOR_HOROVOD_NCCL=0 for Gloo only)"
+            else
+                say "auto: no nvcc or no GPU visible to torch: CPU/Gloo build (DLTUTOR_HOROVOD_NCCL=1 forces NCCL)"
+            fi ;;
+    esac
+fi
+if [ -n "${HOROVOD_GPU_OPERATIONS:-}" ] && [ -z "${HOROVOD_NCCL_HOME:-}" ]; then
+    # pip's torch brings NCCL as the nvidia-nccl-cu* wheel: use its headers and library if complete
+    NCCL_WHEEL=$("$PY" -c 'import importlib.util as u, os
+s = u.find_spec("nvidia.nccl")
+d = list(s.submodule_search_locations)[0] if s else ""
+print(d if d and os.path.isfile(os.path.join(d, "include", "nccl.h")) else "")' 2>/dev/null || true)
+    if [ -n "$NCCL_WHEEL" ]; then
+        export HOROVOD_NCCL_HOME=$NCCL_WHEEL
+        say "HOROVOD_NCCL_HOME=$NCCL_WHEEL (torch's nvidia-nccl wheel)"
+    fi
+fi
 OPS=cpu
 if [ -n "${HOROVOD_GPU_OPERATIONS:-}" ]; then
     OPS=$(printf '%s' "$HOROVOD_GPU_OPERATIONS" | tr 'A-Z' 'a-z')
+fi
+if [ "$OPS" != cpu ] && ! command -v nvcc >/dev/null; then
+    die "HOROVOD_GPU_OPERATIONS=$HOROVOD_GPU_OPERATIONS (NCCL build) needs nvcc on PATH (e.g. module load cuda)"
 fi
 # PEP 440 local version: letters, digits and dots only, e.g. 0.28.1+torch2.14.1.cu130.cpu
 LOCAL=$(printf 'torch%s.%s' "$TORCH_VERSION" "$OPS" | tr -c 'A-Za-z0-9.\n' '.')
@@ -107,8 +146,9 @@ export HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1
 NCORES=$("$PY" -c 'import os; print(len(os.sched_getaffinity(0)))')
 export MAKEFLAGS=${MAKEFLAGS:--j$NCORES}
 if [ "$OPS" != cpu ]; then
-    say "GPU build requested: HOROVOD_GPU_OPERATIONS=$HOROVOD_GPU_OPERATIONS CUDA_HOME=${CUDA_HOME:-<unset>}"
+    say "GPU build requested: HOROVOD_GPU_OPERATIONS=$HOROVOD_GPU_OPERATIONS CUDA_HOME=${CUDA_HOME:-<unset>} HOROVOD_NCCL_HOME=${HOROVOD_NCCL_HOME:-<unset>}"
     [ -n "${CUDA_HOME:-}" ] || say "hint: export CUDA_HOME=<toolkit root> if CMake cannot find cudart"
+    [ -n "${HOROVOD_NCCL_HOME:-}" ] || say "hint: export HOROVOD_NCCL_HOME=<NCCL root> if CMake cannot find nccl.h"
 fi
 say "building wheel (MAKEFLAGS=$MAKEFLAGS); this takes several minutes on a few cores"
 start=$(date +%s)

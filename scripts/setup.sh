@@ -22,6 +22,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 # ---- 1. system packages (Debian): only what is missing, only where we may install ----------------
 apt_pkgs=(libaio-dev)                      # DeepSpeed NVMe offload (ZeRO-Infinity)
+apt_pkgs+=(dataset-fashion-mnist)          # real data offline: Fashion-MNIST, the stand-in for CIFAR-10
 if [ "$WITH_TEST" = 1 ]; then
   apt_pkgs+=(slurm-wlm munge chromium)      # a real one-node Slurm; a browser for the widget test
 fi
@@ -39,6 +40,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   else
     echo "NOTE: cannot install ${missing[*]} here (no root/apt-get)."
     echo "      NVMe offload needs libaio-dev; ask your centre or use CPU offload instead."
+    echo "      Without dataset-fashion-mnist (or CIFAR-10 staged) notebooks train on SYNTHETIC data."
     [ "$WITH_TEST" = 1 ] && { echo "ERROR: the test suite needs ${missing[*]}"; exit 1; }
   fi
 fi
@@ -51,23 +53,42 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 VPY=$VENV/bin/python
 stamp=$VENV/.dltutor-pip-stamp
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+want=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   step "installing python packages (torch==2.14.1, deepspeed, jupyterlab, ...)"
   "$VPY" -m pip install -q --upgrade pip wheel setuptools 2>&1 | grep -v "is ignored" || true
-  "$VPY" -m pip install -q -e ".[test]" 2>&1 | grep -v "is ignored" || true
-  "$VPY" -c "import torch, deepspeed, jupyterlab, ipywidgets, nbval" 2>/dev/null \
-    || { echo "ERROR: python packages did not install; rerun with pip's output: $VPY -m pip install -e '.[test]'"; exit 1; }
+  "$VPY" -m pip install -q -c constraints.txt -e ".[test]" 2>&1 | grep -v "is ignored" || true
+  "$VPY" -c "import torch, deepspeed, jupyterlab, ipywidgets, nbval, h5py" 2>/dev/null \
+    || { echo "ERROR: python packages did not install; rerun with pip's output: $VPY -m pip install -c constraints.txt -e '.[test]'"; exit 1; }
   echo "$want" > "$stamp"
 else
   echo "python packages: up to date ($VENV)"
 fi
 
 # ---- 3. engines: Horovod (built from source, wheel cached) and DeepSpeed ops (pre-built) --------
-step "Horovod 0.28.1 (PyTorch + Gloo)"
+step "Horovod 0.28.1 (PyTorch + Gloo; + NCCL on a GPU node, see DLTUTOR_HOROVOD_NCCL)"
 bash scripts/build_horovod.sh "$VPY"
 step "DeepSpeed ops (cpu_adam, aio) pre-built"
 "$VPY" scripts/warm_deepspeed.py
+
+# ---- 3b. tests only: a JupyterHub portal with its own Python (tests/test_hub.py) ------------------
+if [ "$WITH_TEST" = 1 ]; then
+  HUB=$CACHE/hub
+  hub_want=$(cat tests/hub/requirements.txt tests/hub/proxy-version | sha256sum | cut -c1-16)
+  if [ "$(cat "$HUB/.stamp" 2>/dev/null)" != "$hub_want" ]; then
+    step "JupyterHub + batchspawner (own venv) and configurable-http-proxy (npm) for the hub test"
+    command -v npm >/dev/null || { echo "ERROR: the hub test needs npm (Node.js) for configurable-http-proxy"; exit 1; }
+    rm -rf "$HUB" && mkdir -p "$HUB"
+    "${PYTHON:-$(command -v python3.11 || command -v python3)}" -m venv "$HUB/venv"
+    "$HUB/venv/bin/pip" install -q -c constraints.txt -r tests/hub/requirements.txt 2>&1 | grep -v "is ignored" || true
+    npm install -s --no-fund --no-audit --prefix "$HUB/npm" "configurable-http-proxy@$(cat tests/hub/proxy-version)" >/dev/null
+    "$HUB/venv/bin/python" -c "import jupyterhub, batchspawner" && [ -x "$HUB/npm/node_modules/.bin/configurable-http-proxy" ] \
+      || { echo "ERROR: the hub for the tests did not install (see above)"; exit 1; }
+    echo "$hub_want" > "$HUB/.stamp"
+  else
+    echo "hub for the tests: up to date ($HUB)"
+  fi
+fi
 
 # ---- 4. the Jupyter kernel ------------------------------------------------------------------------
 "$VPY" -m dltutor kernel install --scope sys-prefix --display-name "Python (dltutor)" >/dev/null 2>&1 \

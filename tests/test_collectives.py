@@ -46,17 +46,39 @@ def test_after_reduce_scatter_each_rank_owns_one_complete_chunk(n):
 
 
 def test_seed_labels_on_eight_ranks():
+    """The TACC slides (seed 004, dltutor.core.sources): letter = the rank's data, digit = chunk."""
+    from dltutor.core.sources import QUOTES
     states = rm.ring_steps(8, 64)
-    assert states[0].label(3, 0) == "A3" and states[0].label(0, 7) == "H0"
-    assert states[2].label(0, 6) == "G6+G7+G0"          # two reduce-scatter steps
-    assert states[2].phase_text == "reduce-scatter step 2 of 7"
-    assert states[7].label(7, 0) == "+".join(f"A{r}" for r in range(8))  # P7 owns A
-    assert states[7].label(7, 0, max_terms=3) == "ΣA"
-    assert states[3].label(0, 5, max_terms=3) == "F5+…+F0 (4)"
-    assert states[9].phase_text == "all-gather step 2 of 7"
-    assert rm.label(6, (0, 7, 6), style="rank-letter") == "A6+H6+G6"
-    # step 1 moves chunk r from rank r to rank r+1
-    assert [(m.src, m.dst, m.chunk) for m in states[1].sends] == [(r, (r + 1) % 8, r) for r in range(8)]
+    assert states[0].label(3, 0) == "D0" and states[0].label(0, 7) == "A7"   # P0 holds A0..A7
+    assert " ".join(states[0].label(0, c) for c in range(8)) + "P0" == QUOTES["ring_start_p0"].text
+    assert " ".join(states[1].label(0, c) for c in range(8)) + "P0" == QUOTES["ring_step1_p0"].text
+    assert " ".join(states[1].label(1, c) for c in range(8)) + "P1" == QUOTES["ring_step1_p1"].text
+    assert states[2].label(0, 6) == "A6+H6+G6"          # two reduce-scatter steps, as on the slide
+    assert QUOTES["ring_step2_p0"].has(states[2].label(0, 6))
+    assert QUOTES["ring_step2_p7"].has(states[2].label(7, 5))   # "H5+G5+F5"
+    assert states[2].phase_text == "reduce-scatter step 2 of 7 (the slides' Reduce Phase)"
+    assert states[7].label(7, 0) == "H0+G0+F0+E0+D0+C0+B0+A0"  # P7 owns chunk 0
+    assert states[7].label(7, 0, max_terms=3) == "A0…H0"     # the slides' "A0 … H0"
+    assert states[3].label(0, 5, max_terms=3) == "A5+…+F5 (4)"
+    assert states[9].phase_text == "all-gather step 2 of 7 (the slides' Scatter Phase)"
+    assert rm.label(6, (0, 7, 6), style="chunk-letter") == "G0+G7+G6"
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 16])
+def test_steps_send_the_chunk_the_formula_names(n):
+    """Steps are numbered 1..N-1 per phase; in step s rank r sends chunk (r - s + 1) mod N
+    (reduce-scatter) and (r - s + 2) mod N (all-gather), the formula notebook 05 states."""
+    states = rm.ring_steps(n, 4 * n)
+    for st in states[1:]:
+        assert 1 <= st.phase_step <= n - 1
+        shift = 1 if st.phase == "reduce-scatter" else 2
+        assert [(m.src, m.dst, m.chunk) for m in st.sends] == [
+            (r, (r + 1) % n, (r - st.phase_step + shift) % n) for r in range(n)]
+        assert all(m.chunk == rm.sent_chunk(m.src, st.phase_step, n, st.phase) for m in st.sends)
+    # step 1 moves chunk r from rank r to rank r+1 (the slide: P1 gets B0+A0)
+    assert [m.chunk for m in states[1].sends] == list(range(n))
+    with pytest.raises(ValueError, match="1 .. N-1"):
+        rm.sent_chunk(0, 0, n)
 
 
 @pytest.mark.parametrize("n,length", [(4, 3), (5, 2), (3, 10), (7, 100), (16, 1000), (8, 1 << 20)])
@@ -198,7 +220,7 @@ def test_lab_help_shows_defaults():
 def test_ring_exercise_check_accepts_the_answer_and_explains_a_wrong_one(capsys):
     T = 2 * 15 * 5e-6 + 2 * 15 / 16 * 256 * 2**20 * 1e-10
     assert rm.check_ring_exercise(T, 15) is True
-    assert "P15 owns A" in capsys.readouterr().out
+    assert "P15 owns chunk 0" in capsys.readouterr().out
     with pytest.raises(AssertionError, match="256 MiB = 268435456 bytes"):
         rm.check_ring_exercise(T * 1.05, 15)
     with pytest.raises(AssertionError, match=r"owning chunk \(r \+ 1\) mod N"):

@@ -21,7 +21,7 @@ import torch
 from torchvision.datasets import CIFAR10
 
 from dltutor.data import cifar10 as data
-from dltutor.data import loaders, staging, synthetic
+from dltutor.data import fashion_mnist, loaders, staging, synthetic
 
 PER_BATCH, N_TEST = 8, 10
 
@@ -136,6 +136,7 @@ def test_corrupt_copy_raises_integrity_error_with_fix(fake_cifar):
 
 def test_offline_fallback_is_synthetic_labelled_and_names_both_fixes(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(data.OFFLINE_ENV, "1")
+    monkeypatch.setenv(fashion_mnist.ENV, "none")   # no Fashion-MNIST stand-in either
 
     def no_network(*a, **k):
         raise AssertionError("offline mode touched the network")
@@ -156,6 +157,7 @@ def test_offline_fallback_is_synthetic_labelled_and_names_both_fixes(tmp_path, m
 
 def test_failed_download_falls_back_with_reason(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv(data.OFFLINE_ENV, raising=False)
+    monkeypatch.setenv(fashion_mnist.ENV, "none")
 
     def unreachable(root=None, **kw):
         raise OSError("no route to host")
@@ -181,6 +183,7 @@ def test_download_probe_fails_fast(monkeypatch, tmp_path):
 
 def test_loaders_normalise_and_device_tensors_match(tmp_path, monkeypatch):
     monkeypatch.setenv(data.OFFLINE_ENV, "1")
+    monkeypatch.setenv(fashion_mnist.ENV, "none")
     train, test, _ = data.load_cifar10(root=tmp_path, train_subset=64, test_subset=32, quiet=True)
     tr_loader, te_loader = loaders.make_loaders(train, test, batch_size=16, workers=0)
     x, y = next(iter(tr_loader))

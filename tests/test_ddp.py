@@ -138,7 +138,7 @@ def test_without_gradient_averaging_ranks_drift(two_rank_params, reference_param
 def _check_common(ms, steps):
     assert [m["rank"] for m in ms] == [0, 1] and {m["world_size"] for m in ms} == {2}
     for m in ms:
-        assert m["hardware"] in ("CPU/gloo", "GPU/nccl") and m["data"] in ("SYNTHETIC", "cifar10")
+        assert m["hardware"] in ("CPU/gloo", "GPU/nccl") and m["data"] in ("SYNTHETIC", "Fashion-MNIST", "cifar10")
         assert m["steps"] == steps and len(m["loss_curve"]) == steps == len(m["lr_curve"])
         assert m["img_per_s"] > 0 and m["global_img_per_s"] > 0 and m["step_time_ms"] > 0
         assert all(math.isfinite(v) for v in m["loss_curve"])

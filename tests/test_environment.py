@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CONDA_TO_PIP = {"pytorch": "torch"}
-CONDA_ONLY = {"python", "pip"}
+CONDA_TOOLCHAIN = {"python", "pip", "cmake", "cxx-compiler"}   # what conda adds beyond pyproject
 
 
 def _name(spec: str) -> tuple[str, str]:
@@ -29,23 +29,62 @@ def _pyproject_packages() -> dict[str, str]:
     return dict(_name(s) for s in specs)
 
 
-def _conda_packages() -> dict[str, str]:
-    deps, in_deps = [], False
+def _conda_file() -> tuple[dict[str, str], list[str]]:
+    """(conda packages, pip lines) of environment.yml."""
+    conda, pip, section = {}, [], None
     for line in (ROOT / "environment.yml").read_text().splitlines():
         if line.startswith("dependencies:"):
-            in_deps = True
-        elif in_deps and re.match(r"^  - [^ ]", line) and not line.strip().endswith(":"):
-            deps.append(line.strip()[2:])
-    return dict(_name(d) for d in deps if _name(d)[0] not in CONDA_ONLY)
+            section = "conda"
+        elif section and re.match(r"^  - pip:\s*$", line):
+            section = "pip"
+        elif section == "conda" and re.match(r"^  - [^ ]", line):
+            name, pins = _name(line.strip()[2:])
+            conda[name] = pins
+        elif section == "pip" and re.match(r"^      - ", line):
+            pip.append(line.strip()[2:])
+    return conda, pip
 
 
-def test_environment_yml_matches_pyproject():
-    pip, conda = _pyproject_packages(), _conda_packages()
-    assert set(pip) == set(conda), (
-        f"only in pyproject: {sorted(set(pip) - set(conda))}; only in environment.yml: "
-        f"{sorted(set(conda) - set(pip))} — add the package to both files")
-    differing = {n: (pip[n], conda[n]) for n in pip if pip[n] != conda[n]}
-    assert not differing, f"pins differ (pyproject, environment.yml): {differing}"
+def _constraints() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name.lower().replace("_", "-")] = version
+    return pins
+
+
+def test_environment_yml_installs_the_pinned_course():
+    conda, pip = _conda_file()
+    assert set(conda) - CONDA_TOOLCHAIN <= {"torch", "torchvision"}, (
+        f"environment.yml takes {sorted(set(conda) - CONDA_TOOLCHAIN)} from conda-forge; "
+        "only python, the CUDA-aware pytorch/torchvision and the toolchain come from conda")
+    project = _pyproject_packages()
+    for name in ("torch", "torchvision"):
+        assert conda[name] == project[name], f"{name}: pyproject {project[name]}, conda {conda[name]}"
+    assert pip == ["-c constraints.txt", "-e ."], pip
+    assert "horovod" not in conda, "conda-forge's horovod 0.28.1 pins pytorch 2.12.*: unsolvable"
+    text = (ROOT / "environment.yml").read_text()
+    assert 'bash scripts/build_horovod.sh "$CONDA_PREFIX/bin/python"' in text
+
+
+def test_constraints_pin_every_course_package_within_pyproject():
+    from packaging.specifiers import SpecifierSet
+    pins, project = _constraints(), _pyproject_packages()
+    unpinned = sorted(set(project) - set(pins) - {"horovod"})   # horovod: built from its sdist
+    assert not unpinned, f"constraints.txt lacks {unpinned}: run `make constraints`"
+    wrong = {n: (project[n], pins[n]) for n in project if n in pins
+             and pins[n] not in SpecifierSet(project[n])}
+    assert not wrong, f"constraints.txt contradicts pyproject: {wrong}"
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    assert "-c constraints.txt" in setup and "constraints.txt" in setup.split("want=")[1].split("\n")[0]
+
+
+def test_the_venv_has_the_pinned_versions():
+    from importlib.metadata import version
+    pins = _constraints()
+    for name in ("torch", "deepspeed", "jupyterlab", "ipywidgets", "nbval", "papermill", "numpy"):
+        assert version(name).split("+")[0] == pins[name], f"{name} is not the pinned {pins[name]}"
 
 
 def test_torch_is_the_pinned_build():

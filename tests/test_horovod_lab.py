@@ -231,8 +231,9 @@ def test_setting_sweeps_plot_marks_the_labs_values_and_ddp(capsys):
     fusion = [(0.0, 0.5, 0.1, "off"), (float(32 * 2**20), 0.4, 0.05, "lab")]
     cycle = [(1.0, 0.45, 0.02, "1 ms"), (50.0, 0.4, 0.05, "lab")]
     fig = plots.plot_setting_sweeps(fusion, cycle, {"fusion_threshold_bytes": 32 * 2**20,
-                                                     "cycle_time_ms": 50.0},
+                                                     "cycle_time_ms": 50.0, "workers": 3},
                                      {"step_time_s": 0.38}, "test")
+    assert fig._suptitle.get_text().startswith("Horovod, 3 workers,")   # from the row, not fixed
     out = capsys.readouterr().out
     assert "HOROVOD_FUSION_THRESHOLD   32 MiB:  0.400 +-0.050" in out and "50 ms" in out
     for ax, dark in zip(fig.axes, ("32 MiB", "50 ms")):

@@ -24,8 +24,10 @@ ALLOWED = {
     "horovod": {"core", "data", "launch", "single", "ddp"},
     "zero": {"core", "data", "launch", "single", "ddp"},
     "allreduce": {"core", "data", "launch", "single", "ddp"},
+    "model_parallel": {"core", "data", "launch", "single", "ddp", "allreduce"},
+    "io": {"core", "data", "launch", "single", "ddp"},
 }
-TOP = {"__init__", "__main__", "cli", "doctor", "kernel"}   # the package's face: any folder
+TOP = {"__init__", "__main__", "cli", "doctor", "kernel", "preflight"}   # the package's face: any folder
 
 
 def modules() -> dict[str, Path]:

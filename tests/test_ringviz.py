@@ -9,16 +9,18 @@ from dltutor.allreduce.visualizer import RingVisualizer, cell_colour, grid_html
 
 def test_next_prev_and_phase_text():
     v = RingVisualizer(n=8)
-    assert "start" in v.phase.value and "G6+G7+G0" not in v.grid.value
+    assert "start" in v.phase.value and ">A6+H6+G6</td>" not in v.grid.value
+    assert "A0" in v.grid.value and "H7" in v.grid.value      # P0 holds A0..A7, P7 H0..H7
     v.next.click()
     v.next.click()
     assert v.step.value == 2
-    assert "reduce-scatter step 2 of 7" in v.phase.value
-    assert "G6+G7+G0" in v.grid.value            # the seed's label, in the grid
-    assert "P6 → P7: F5+F6" in v.links.value     # the message on link 6 -> 7
+    assert "reduce-scatter step 2 of 7" in v.phase.value and "Reduce Phase" in v.phase.value
+    assert ">A6+H6+G6</td>" in v.grid.value      # the seed's label (P0, chunk 6), in the grid
+    assert ">H5+G5+F5</td>" in v.grid.value           # ... and P7's chunk 5, as on the slide
+    assert "P6 → P7: G5+F5" in v.links.value     # the message on link 6 -> 7: chunk 6 - 2 + 1
     for _ in range(7):
         v.next.click()
-    assert "all-gather step 2 of 7" in v.phase.value
+    assert "all-gather step 2 of 7" in v.phase.value and "Scatter Phase" in v.phase.value
     for _ in range(20):
         v.next.click()
     assert v.step.value == 14 and "all-gather step 7 of 7" in v.phase.value

@@ -324,3 +324,55 @@ def test_launch_backend_slurm_names_the_failed_rank(allocation, launch_slurm, tm
                      timeout=JOB_TIMEOUT, echo=False)
     assert info.value.ranks == [1], str(info.value)
     assert "rank 1 fails on purpose" in str(info.value)
+
+
+def _step_ids(job_id: str) -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], capture_output=True,
+                         text=True, timeout=30).stdout.split()
+    return [s for s in out if not s.endswith((".extern", ".interactive", ".batch"))]
+
+
+def _tagged(tag: str) -> list[int]:
+    import psutil
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and p.environ().get("TEST_TAG") == tag:
+                found.append(p.pid)
+        except (psutil.Error, OSError):
+            pass
+    return found
+
+
+@pytest.mark.slow
+def test_a_killed_kernel_ends_its_srun_step(allocation, tmp_path):
+    """A kernel inside a job (as on a portal) launches an srun step, then is SIGKILLed (a restart,
+    a cull): within 10 s the step and every one of its tasks are gone, the allocation stays."""
+    import os
+    import signal
+    import time
+    import uuid
+    tag, marker = uuid.uuid4().hex, tmp_path / "up"
+    light = ROOT / "tests" / "scripts" / "light_rank.py"
+    code = (f"from dltutor.launch.run import launch; launch({str(light)!r}, nproc=2, "
+            f"backend='slurm', args=['--mode', 'sleep', '--ignore-term', '--marker', {str(marker)!r}],"
+            f" env={{'TEST_TAG': {tag!r}}}, timeout=600, echo=False)")
+    kernel = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                              env={**os.environ, "SLURM_JOB_ID": allocation})
+    try:
+        deadline = time.time() + 120
+        while not all(Path(f"{marker}.{r}").exists() for r in (0, 1)):
+            assert time.time() < deadline and kernel.poll() is None, "the step's tasks never came up"
+            time.sleep(0.2)
+        assert _step_ids(allocation), "the launch made no srun step in the allocation"
+        kernel.send_signal(signal.SIGKILL)
+        kernel.wait(timeout=10)
+        gone_by = time.time() + 10
+        while (_step_ids(allocation) or _tagged(tag)) and time.time() < gone_by:
+            time.sleep(0.2)
+        assert not _tagged(tag), f"tasks still running 10 s after the kernel died: {_tagged(tag)}"
+        assert not _step_ids(allocation), f"steps left: {_step_ids(allocation)}"
+        assert slurm.job_state(allocation)[0] in ("RUNNING", "PENDING"), "the allocation is kept"
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()

@@ -22,6 +22,7 @@ def _tiny():
 
 def _synthetic(tmp_path, n_train, n_test, monkeypatch):
     monkeypatch.setenv(cifar10.OFFLINE_ENV, "1")
+    monkeypatch.setenv("DLTUTOR_FASHION_MNIST", "none")   # neither CIFAR-10 nor Fashion-MNIST
     return cifar10.load_cifar10(root=tmp_path, train_subset=n_train, test_subset=n_test, quiet=True)
 
 
@@ -43,7 +44,7 @@ def test_synthetic_data_is_learnable(tmp_path, monkeypatch):
     tr, te, info = _synthetic(tmp_path, 1024, 500, monkeypatch)
     assert info["source"] == "SYNTHETIC"
     train_loader, test_loader = loaders.device_loaders(tr, te, batch_size=64, device="cpu")
-    model = _tiny()
+    model = models.cifar_resnet(width=8)   # notebook 01's fast-mode model: the 4 stages see the shifted patterns
     opt, sched = train.make_optimizer(model, lr=0.05, total_steps=3 * len(train_loader))
     h = train.fit(model, train_loader, test_loader, 3, opt, sched, "cpu", progress=False, log=lambda s: None)
     assert h.meta["data"] == "SYNTHETIC"
@@ -107,7 +108,8 @@ def test_compare_speed_reports_a_failing_variant(tmp_path, monkeypatch):
 
 
 def test_lab_tiny_end_to_end(tmp_path):
-    env = {**os.environ, "DLTUTOR_OFFLINE": "1", "DLTUTOR_DATA": str(tmp_path / "data")}
+    env = {**os.environ, "DLTUTOR_OFFLINE": "1", "DLTUTOR_DATA": str(tmp_path / "data"),
+           "DLTUTOR_FASHION_MNIST": "none"}
     cmd = [sys.executable, LAB, "--tiny", "--checkpoint-dir", str(tmp_path / "ck")]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -23,7 +23,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from dltutor.allreduce.ring import chunk_bounds
+from dltutor.allreduce.ring import chunk_bounds, sent_chunk
 from dltutor.core import course
 from dltutor.core.device import device as rank_device
 from dltutor.core.device import synchronize
@@ -83,8 +83,9 @@ def scratch(numel: int, dtype: torch.dtype, device) -> torch.Tensor:
 def ring_allreduce(tensor: torch.Tensor, group=None, segment_bytes: int = SEGMENT_BYTES) -> torch.Tensor:
     """Sum `tensor` over all ranks in place with a ring of isend/irecv; returns `tensor`.
 
-    Step s of reduce-scatter: send chunk (r - s) to the right, receive chunk (r - s - 1) from the
-    left and add it. Step s of all-gather: send chunk (r + 1 - s), receive chunk (r - s) in place.
+    Steps s = 1 .. N-1 as on the seed's slides (`ring.sent_chunk`): in reduce-scatter step s send
+    chunk (r - s + 1) to the right, receive chunk (r - s) from the left and add it; in all-gather
+    step s send chunk (r - s + 2), receive chunk (r - s + 1) in place.
     Each rank sends 2(N-1) chunks of about D/N bytes (see `dltutor.allreduce.ring`); a chunk longer
     than `segment_bytes` goes as several messages, so the adding overlaps the receiving.
     """
@@ -113,10 +114,10 @@ def ring_allreduce(tensor: torch.Tensor, group=None, segment_bytes: int = SEGMEN
                  [(buf[a - r0:b - r0] if add else flat[a:b], left) for a, b in pieces],
                  group, on_recv=add_piece if add else None)
 
-    for s in range(n - 1):  # reduce-scatter
-        step((r - s) % n, (r - s - 1) % n, add=True)
-    for s in range(n - 1):  # all-gather
-        step((r + 1 - s) % n, (r - s) % n, add=False)
+    for phase in ("reduce-scatter", "all-gather"):  # what the left neighbour sends, arrives here
+        for s in range(1, n):
+            step(sent_chunk(r, s, n, phase), sent_chunk(r - 1, s, n, phase),
+                 add=phase == "reduce-scatter")
     return tensor
 
 
@@ -264,14 +265,15 @@ def pingpong(nbytes: int, iters: int = 10, warmup: int = 2, peer: int = 1) -> fl
 def measure_allreduce(nproc: int = 2, sizes=("1KiB", "1MiB"), algorithms=None, iters: int = 5,
                       warmup: int = 1, mode: str = "both", dtype: str = "float32",
                       timeout: float = 600.0, echo: bool = True, passes: int = 1,
-                      oversubscribe: bool = False) -> dict:
+                      oversubscribe: bool = False, env=None) -> dict:
     """From a notebook: run the lab on `nproc` local ranks (`dltutor.launch.run`), return its summary.
 
     Keys of the summary (rank 0's DLTUTOR_METRICS line): world_size, hardware, dtype, checks
     (algorithm -> matched dist.all_reduce), results (one dict per size x algorithm: algorithm,
     bytes, time_s (the fastest of `passes` sweeps), time_range_s, algbw_GBps, busbw_GBps, ok),
     pingpong (bytes, time_s), alpha_s, beta_s_per_byte. `oversubscribe=True` allows more ranks
-    than cores (the ranks then share cores: say so wherever the numbers are shown).
+    than cores (the ranks then share cores: say so wherever the numbers are shown). `env` adds
+    variables for the ranks (dltutor.core.device.RankPlan.env: the CPU on a node with too few GPUs).
     """
     from dltutor.launch.run import launch
     args = ["--sizes", ",".join(str(s).replace(" ", "") for s in sizes), "--iters", str(iters),
@@ -279,7 +281,7 @@ def measure_allreduce(nproc: int = 2, sizes=("1KiB", "1MiB"), algorithms=None, i
     if algorithms:
         args += ["--algorithms", ",".join(algorithms)]
     res = launch(str(course.lab("05_allreduce/allreduce_bench.py")), nproc=nproc, args=args,
-                 timeout=timeout, echo=echo, oversubscribe=oversubscribe)
+                 timeout=timeout, echo=echo, oversubscribe=oversubscribe, env=env)
     summary = [m for m in res.metrics if m.get("rank") == 0 and "results" in m]
     if not summary:
         raise RuntimeError(f"the lab printed no summary line on rank 0 (logs: {res.log_dir})")

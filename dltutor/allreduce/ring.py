@@ -2,18 +2,20 @@
 
 No torch here: this is bookkeeping a student can step through (see `dltutor.allreduce.visualizer`).
 
-Labelling convention (TACC seed slide: P0 ... P7 each hold chunks A0 ... A7, B0 ... B7, ..., H0 ... H7)
-- the LETTER is the chunk index (A = chunk 0, B = chunk 1, ...), the DIGIT is the rank whose data it
-  is: before the first step rank r holds `A{r}`, `B{r}`, ..., one piece of its own vector per chunk.
-- a partial sum is written in the order it was accumulated along the ring, e.g. on 8 ranks chunk G
-  on rank 0 after two reduce-scatter steps holds "G6+G7+G0".
-- pass `style="rank-letter"` to `label` for the transposed reading (letter = rank, digit = chunk).
+Labels follow the TACC slides (seed 004, quoted in `dltutor.core.sources`): rank P0 holds
+A0 A1 ... A7, P1 holds B0 ... B7, ..., P7 holds H0 ... H7. The LETTER is the rank whose data it is
+(A = P0's vector), the DIGIT is the chunk index. A partial sum is written as the slides write it,
+the receiving rank first, then what arrived: on 8 ranks, after reduce-scatter step 2, P0's chunk 6
+reads "A6+H6+G6" (P6 sent G6 to P7 in step 1, P7 sent H6+G6 to P0 in step 2).
+`style="chunk-letter"` gives the transposed reading (letter = chunk, digit = rank: "G0+G7+G6").
 
-Schedule (the usual one, as in Baidu's and Horovod's descriptions):
-- reduce-scatter step s = 0 .. N-2: rank r sends chunk (r - s) mod N to rank r+1, which adds it to
-  its own copy. After N-1 steps rank r owns the complete sum of chunk (r + 1) mod N.
-- all-gather step s = 0 .. N-2: rank r sends chunk (r + 1 - s) mod N (complete) to rank r+1, which
-  overwrites its copy. After N-1 more steps every rank holds every complete chunk.
+Schedule, steps numbered 1 .. N-1 in each phase as on the slides (`sent_chunk`):
+- reduce-scatter (the slides' "Reduce Phase"): in step s rank r sends chunk (r - s + 1) mod N to
+  rank r+1, which adds it to its own copy. After N-1 steps rank r owns the complete sum of chunk
+  (r + 1) mod N.
+- all-gather (the slides' "Scatter Phase"): in step s rank r sends the complete chunk
+  (r - s + 2) mod N to rank r+1, which overwrites its copy. After N-1 more steps every rank holds
+  every complete chunk.
 
 Tensor lengths need not be multiples of N: chunk boundaries follow `numpy.array_split` (the first
 `length % N` chunks have one extra element); with length < N some chunks are empty (0 bytes).
@@ -27,14 +29,25 @@ from dltutor.core.units import MiB, fmt_bytes
 PHASES = ("start", "reduce-scatter", "all-gather")
 
 
-def chunk_letter(chunk: int) -> str:
-    """A, B, ..., Z, then AA, AB, ... (N is at most 16 in the course, so A..P)."""
-    s, c = "", int(chunk)
+def rank_letter(rank: int) -> str:
+    """The letter of a rank's data on the slides: P0 -> A, P1 -> B, ...; after Z: AA, AB, ..."""
+    s, c = "", int(rank)
     while True:
         s = chr(ord("A") + c % 26) + s
         c = c // 26 - 1
         if c < 0:
             return s
+
+
+SEED_PHASE = {"reduce-scatter": "Reduce Phase", "all-gather": "Scatter Phase"}  # seed 004's names
+
+
+def sent_chunk(rank: int, step: int, n: int, phase: str = "reduce-scatter") -> int:
+    """The chunk rank `rank` sends to rank+1 in `step` (1 .. N-1) of `phase`."""
+    if not 1 <= step <= n - 1:
+        raise ValueError(f"steps are numbered 1 .. N-1 = {n - 1}, got {step}")
+    shift = {"reduce-scatter": 1, "all-gather": 2}[phase]
+    return (rank - step + shift) % n
 
 
 def chunk_bounds(length: int, n: int) -> list[tuple[int, int]]:
@@ -55,21 +68,25 @@ def owner_after_reduce_scatter(rank: int, n: int) -> int:
     return (rank + 1) % n
 
 
-def label(chunk: int, ranks, *, style: str = "chunk-letter", max_terms: int | None = None,
+def label(chunk: int, ranks, *, style: str = "seed", max_terms: int | None = None,
           n: int | None = None) -> str:
-    """The seed's label of a (partial) sum, e.g. label(6, (6, 7, 0)) == "G6+G7+G0".
+    """The seed's label of a (partial) sum of chunk `chunk` over `ranks` (receiver first), e.g.
+    label(6, (0, 7, 6)) == "A6+H6+G6".
 
-    `max_terms` shortens long sums: a complete sum (len(ranks) == n) becomes "ΣG", any other sum
-    with more terms becomes first+…+last, e.g. "G6+…+G1 (4)".
+    `max_terms` shortens long sums as the slides do: a complete sum (len(ranks) == n) becomes
+    "A6…H6", any other longer sum first+…+last with its count, e.g. "A5+…+F5 (4)".
     """
+    if style not in ("seed", "chunk-letter"):
+        raise ValueError(f"style must be 'seed' or 'chunk-letter', got {style!r}")
+
     def term(r):
-        if style == "rank-letter":
-            return f"{chunk_letter(r)}{chunk}"
-        return f"{chunk_letter(chunk)}{r}"
+        if style == "chunk-letter":
+            return f"{rank_letter(chunk)}{r}"
+        return f"{rank_letter(r)}{chunk}"
     ranks = tuple(ranks)
     if max_terms is not None and len(ranks) > max_terms:
         if n is not None and len(ranks) == n:
-            return "Σ" + (chunk_letter(chunk) if style != "rank-letter" else f"·{chunk}")
+            return f"{term(min(ranks))}…{term(max(ranks))}"
         return f"{term(ranks[0])}+…+{term(ranks[-1])} ({len(ranks)})"
     return "+".join(term(r) for r in ranks)
 
@@ -92,7 +109,7 @@ class RingStep:
     phase: str            # "start", "reduce-scatter" or "all-gather"
     phase_step: int       # 1-based step within the phase (0 at the start)
     phase_steps: int      # N - 1
-    held: tuple           # held[rank][chunk] -> tuple of contributing ranks, accumulation order
+    held: tuple           # held[rank][chunk] -> contributing ranks, holder first (the slides' order)
     sends: tuple = field(default_factory=tuple)  # the messages of the step that led here
     bytes_step: int = 0   # bytes on all links during this step
     bytes_total: int = 0  # bytes on all links since the start
@@ -108,7 +125,8 @@ class RingStep:
     def phase_text(self) -> str:
         if self.phase == "start":
             return f"start: each rank holds only its own data (N = {self.n})"
-        return f"{self.phase} step {self.phase_step} of {self.phase_steps}"
+        return (f"{self.phase} step {self.phase_step} of {self.phase_steps}"
+                f" (the slides' {SEED_PHASE[self.phase]})")
 
     def label(self, rank: int, chunk: int, **kw) -> str:
         return label(chunk, self.held[rank][chunk], n=self.n, **kw)
@@ -137,12 +155,12 @@ def ring_steps(n: int, length: int | None = None, itemsize: int = 4, alpha: floa
         for s in range(n - 1):
             sends = []
             for r in range(n):
-                c = (r - s) % n if phase == "reduce-scatter" else (r + 1 - s) % n
+                c = sent_chunk(r, s + 1, n, phase)
                 dst = (r + 1) % n
                 sends.append(Send(r, dst, c, sizes[c], sizes[c] * itemsize, held[r][c]))
             for m in sends:  # all messages of a step travel at once, then the receivers act
                 if phase == "reduce-scatter":
-                    held[m.dst][m.chunk] = m.contrib + held[m.dst][m.chunk]
+                    held[m.dst][m.chunk] = held[m.dst][m.chunk] + m.contrib  # receiver first
                 else:
                     held[m.dst][m.chunk] = m.contrib
             step_bytes = sum(m.nbytes for m in sends)
@@ -165,7 +183,7 @@ def ring_final_ok(states: list[RingStep]) -> bool:
 
 def check_ring_exercise(T, owner, n: int = 16, nbytes: int = 256 * MiB, alpha: float = 5e-6,
                         beta: float = 1e-10) -> bool:
-    """Notebook 05's exercise: the ring's modelled time T (s) and the rank owning complete chunk A."""
+    """Notebook 05's exercise: the ring's modelled time T (s) and the rank owning complete chunk 0."""
     from dltutor.allreduce.cost import ring_time
     if T is None or owner is None:
         print("Not answered yet: fill in the two values above, then run this cell again.")
@@ -175,6 +193,6 @@ def check_ring_exercise(T, owner, n: int = 16, nbytes: int = 256 * MiB, alpha: f
         f"T = {T!r} s is not right: use T = 2(N-1)*alpha + 2(N-1)/N*D*beta with D in bytes "
         f"({fmt_bytes(nbytes)} = {nbytes} bytes) and beta = {beta:g} s/byte")
     assert isinstance(owner, int) and owner_after_reduce_scatter(owner, n) == 0, (
-        f"rank {owner!r} does not own A: rank r ends the reduce-scatter owning chunk (r + 1) mod N")
-    print(f"Both right: T = {expect * 1e3:.2f} ms, and P{owner} owns A.")
+        f"rank {owner!r} does not own chunk 0: rank r ends the reduce-scatter owning chunk (r + 1) mod N")
+    print(f"Both right: T = {expect * 1e3:.2f} ms, and P{owner} owns chunk 0 (A0+…+P0 summed).")
     return True

@@ -1,8 +1,9 @@
 """The ring all-reduce visualizer (ipywidgets 8) and the plots of notebook 05.
 
 `RingVisualizer(n=8).widget` shows the ranks x chunks grid of `dltutor.allreduce.ring` one step at a
-time: N slider, step slider, Prev / Next / Play, the phase ("reduce-scatter step 3 of 7"), every
-message in flight, bytes sent so far and the α-β modelled elapsed time.
+time, labelled as on the seed's slides (letter = the rank's data, digit = the chunk): N slider, step
+slider, Prev / Next / Play, the phase ("reduce-scatter step 3 of 7 (the slides' Reduce Phase)"),
+every message in flight, bytes sent so far and the α-β modelled elapsed time.
 Stable hooks for browser tests: CSS classes `dltutor-ring` (whole widget), `dltutor-ring-phase`
 (phase text), `dltutor-ring-grid`, `dltutor-ring-next`, `dltutor-ring-prev`, buttons described
 "Next" / "Prev", and the step slider described "step".
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import html
 
-from dltutor.allreduce.ring import chunk_letter, label, ring_steps
+from dltutor.allreduce.ring import label, rank_letter, ring_steps
 from dltutor.core.units import MiB, fmt_bytes
 
 OWN, FULL = "#f2f2f2", "#2e8b57"
@@ -41,7 +42,7 @@ def grid_html(state, max_terms: int | None = None) -> str:
     if max_terms is None:
         max_terms = n if n <= 4 else 3
     arrived = {(m.dst, m.chunk) for m in state.sends}
-    head = "".join(f"<th style='padding:2px 6px'>{chunk_letter(c)}</th>" for c in range(n))
+    head = "".join(f"<th style='padding:2px 6px'>chunk {c}</th>" for c in range(n))
     rows = []
     for r in range(n):
         cells = []
@@ -58,7 +59,8 @@ def grid_html(state, max_terms: int | None = None) -> str:
               f"<span style='background:{cell_colour(2, max(n, 4))};padding:0 6px'>partial sum</span> "
               f"<span style='background:{FULL};color:white;padding:0 6px'>all {n} ranks summed</span> "
               "<span style='border:2px solid #1f4e9c;padding:0 6px'>arrived this step</span> "
-              "&nbsp;A..: chunks, P0..: ranks, G6 = chunk G of rank 6's data, Σ = sum over all ranks")
+              f"&nbsp;P0..: ranks; letter = whose data (A = P0's, {rank_letter(n - 1)} = P{n - 1}'s), "
+              "digit = chunk: A6+H6+G6 = chunk 6 summed over P0, P7, P6; A6…H6 = over all ranks")
     return ("<div class='dltutor-ring-table' style='font:11px/1.3 monospace;overflow-x:auto'>"
             "<table style='border-collapse:collapse'>"
             f"<tr><th></th>{head}</tr>{''.join(rows)}</table>"

@@ -10,6 +10,7 @@
   units.py     KiB/MiB/GiB and byte formatting/parsing
   tables.py    the one plain-text table formatter
   plots.py     honest plot labels (data, CPU/GPU, fast mode) and side-by-side bars
+  sources.py   every figure and log line quoted from the seeds (the talks), with its seed line
   gpu_dryrun.py  tests only: run lab code as rank r of an NCCL job on a CPU machine (fake CUDA
                tensors; every tensor handed to torch.distributed checked for the rank's GPU)
 Used by all notebooks and labs.

@@ -31,6 +31,12 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+def runs_dir() -> Path:
+    """Where launches keep their logs: `DLTUTOR_RUNS`, else `<cache>/runs` (the pre-flight gives
+    each notebook its own)."""
+    return Path(os.environ.get("DLTUTOR_RUNS") or cache_dir() / "runs")
+
+
 def data_dir() -> Path:
     """The data root: `DLTUTOR_DATA`, else `<cache>/data`."""
     return Path(os.environ.get(DATA_ENV) or cache_dir() / "data")

@@ -1,4 +1,4 @@
-"""CIFAR-10 for the course: the real torchvision dataset, or a clearly labelled SYNTHETIC stand-in.
+"""CIFAR-10 for the course: the real torchvision dataset, else a labelled stand-in (Fashion-MNIST or SYNTHETIC).
 
 `load_cifar10()` decides in this order:
 1. `<data dir>/cifar-10-batches-py` is there: torchvision loads it and checks every md5. A corrupt
@@ -7,8 +7,13 @@
 2. Not there and downloads are allowed (not `DLTUTOR_OFFLINE=1`, not `download=False`): a short
    reachability probe, then torchvision's download with a socket timeout, so it never hangs.
 3. Otherwise ONE message names both fixes (`python -m dltutor data stage --from DIR`, or downloading
-   on a node with internet) and a learnable SYNTHETIC dataset of the same shape is returned.
-   `info["source"] == "SYNTHETIC"`, `ds.source == "SYNTHETIC"`, and every title made by dltutor says so.
+   on a node with internet) and says which stand-in is used:
+   a. the REAL Fashion-MNIST (`dltutor.data.fashion_mnist`: Debian's `dataset-fashion-mnist` or
+      `DLTUTOR_FASHION_MNIST=DIR`), shown CIFAR-shaped (3x32x32, 10 classes): a different data set,
+      `info["source"] == "Fashion-MNIST"`, labelled "Fashion-MNIST (stand-in for CIFAR-10)";
+   b. when that is absent or turned off (`DLTUTOR_FASHION_MNIST=none`, `fashion_mnist=False`): a
+      learnable SYNTHETIC dataset of the same shape, `info["source"] == "SYNTHETIC"`.
+   Every printout and title made by dltutor names the data (`data_label`).
 
 Staging (copying a shared copy, e.g. on a cluster file system) and the md5 check live in
 `dltutor.data.staging`; the stand-in in `dltutor.data.synthetic`; loaders in `dltutor.data.loaders`.
@@ -22,6 +27,7 @@ import torch
 from torch.utils.data import Subset
 
 from dltutor.core import env
+from dltutor.data import fashion_mnist
 from dltutor.data.staging import (ARCHIVE, OFFLINE_ENV, cifar10_dir, fix_message, load_verified,
                                   stage_cifar10)
 from dltutor.data.synthetic import SYNTHETIC, SyntheticCIFAR10
@@ -31,6 +37,9 @@ MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
 REAL = "cifar10"
 DOWNLOAD_HOST = "www.cs.toronto.edu"
+FASHION = fashion_mnist.FASHION
+LABELS = {REAL: "CIFAR-10", SYNTHETIC: SYNTHETIC, FASHION: fashion_mnist.LABEL}
+STATS = {FASHION: (fashion_mnist.MEAN, fashion_mnist.STD)}   # normalisation; CIFAR-10's otherwise
 
 
 def download_cifar10(root=None, timeout: float = 60.0, probe_timeout: float = 5.0) -> str:
@@ -62,12 +71,31 @@ def _subset(ds, n, seed):
     return sub
 
 
+def _stand_in(root, reason, n_train, n_test, seed, fashion):
+    """(train, test, NOTE text) when CIFAR-10 is not there: Fashion-MNIST, else SYNTHETIC."""
+    head = f"NOTE: CIFAR-10 not found in {root} ({reason})."
+    pair = fashion_mnist.load(root) if fashion is not False else None
+    if pair is not None:
+        return (*pair, f"{head}\nUsing the REAL Fashion-MNIST instead, labelled \"{fashion_mnist.LABEL}\": "
+                       f"a different data set (greyscale clothing, padded to 3x32x32, 10 classes): "
+                       f"accuracies below are Fashion-MNIST results, NOT CIFAR-10 results.")
+    why = ("turned off" if fashion is False or fashion_mnist.disabled() else
+           f"not installed: sudo apt-get install {fashion_mnist.DEBIAN_PACKAGE}, or set "
+           f"{fashion_mnist.ENV}=DIR")
+    return (SyntheticCIFAR10(n_train or 50000, seed=seed), SyntheticCIFAR10(n_test or 10000, seed=seed + 1),
+            f"{head}\nUsing a SYNTHETIC CIFAR-10-shaped stand-in (3x32x32, 10 classes; the real "
+            f"Fashion-MNIST stand-in is {why}): accuracies below are NOT CIFAR-10 results.")
+
+
 def load_cifar10(root=None, download=None, train_subset=None, test_subset=None, seed: int = 0,
-                 quiet: bool = False):
+                 quiet: bool = False, fashion_mnist: bool | None = None):
     """Return `(train_ds, test_ds, info)`; items are `(PIL image, int label)`.
 
     download: None = try when not offline (`DLTUTOR_OFFLINE`), False = never, True = try even then.
-    info: source ('cifar10' | 'SYNTHETIC'), root, sizes, classes, reason (why synthetic).
+    fashion_mnist: None = use the Fashion-MNIST stand-in unless `DLTUTOR_FASHION_MNIST=none`,
+    False = never (CIFAR-10 or SYNTHETIC).
+    info: source ('cifar10' | 'Fashion-MNIST' | 'SYNTHETIC'), label (`data_label`), root, sizes,
+    classes, reason (why not CIFAR-10).
     """
     root = env.data_dir() if root is None else root
     folder = cifar10_dir(root)
@@ -88,19 +116,27 @@ def load_cifar10(root=None, download=None, train_subset=None, test_subset=None, 
         train.source = test.source = REAL
         train.synthetic = test.synthetic = False
     else:
-        train = SyntheticCIFAR10(train_subset or 50000, seed=seed)
-        test = SyntheticCIFAR10(test_subset or 10000, seed=seed + 1)
+        train, test, note = _stand_in(root, reason, train_subset, test_subset, seed, fashion_mnist)
         if not quiet:
-            print(f"NOTE: CIFAR-10 not found in {root} ({reason}).\n"
-                  f"Using a SYNTHETIC CIFAR-10-shaped stand-in (3x32x32, 10 classes): accuracies "
-                  f"below are NOT CIFAR-10 results.\n{fix_message(root)}", flush=True)
+            print(f"{note}\n{fix_message(root)}", flush=True)
     train, test = _subset(train, train_subset, seed), _subset(test, test_subset, seed + 1)
-    info = {"source": train.source, "root": str(root), "train_size": len(train),
+    info = {"source": train.source, "label": data_label(train), "root": str(root), "train_size": len(train),
             "test_size": len(test), "classes": list(getattr(train, "dataset", train).classes), "reason": reason}
     return train, test, info
 
 
+def source_of(obj) -> str:
+    """'cifar10', 'Fashion-MNIST' or 'SYNTHETIC' for a dataset, a loader or an info dict."""
+    return obj.get("source") if isinstance(obj, dict) else getattr(getattr(obj, "dataset", obj), "source", REAL)
+
+
 def data_label(obj) -> str:
-    """'CIFAR-10' or 'SYNTHETIC' for a dataset, a loader or an info dict."""
-    src = obj.get("source") if isinstance(obj, dict) else getattr(getattr(obj, "dataset", obj), "source", REAL)
-    return SYNTHETIC if src == SYNTHETIC else "CIFAR-10"
+    """'CIFAR-10', 'Fashion-MNIST (stand-in for CIFAR-10)' or 'SYNTHETIC' for a dataset, a loader
+    or an info dict: the name every printout and title uses."""
+    src = source_of(obj)
+    return LABELS.get(src, src)
+
+
+def norm_stats(obj) -> tuple:
+    """(mean, std) per channel to normalise the data `obj` holds (its own, or CIFAR-10's)."""
+    return STATS.get(source_of(obj), (MEAN, STD))

@@ -1,6 +1,7 @@
 """Feeding a model: DataLoaders with the standard CIFAR transforms, or tensors kept on the device.
 
-`make_loaders` decodes and augments in worker processes (pinned memory on GPUs);
+Each data set is normalised with its own mean/std (`cifar10.norm_stats`: CIFAR-10's, or
+Fashion-MNIST's for that stand-in). `make_loaders` decodes and augments in worker processes (pinned memory on GPUs);
 `to_device_tensors` / `DeviceLoader` / `device_loaders` keep the whole (small) data set on the
 device and augment there, so no step waits for a copy.
 """
@@ -11,12 +12,12 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from dltutor.core.device import device as default_device
-from dltutor.data.cifar10 import MEAN, REAL, STD, data_label
+from dltutor.data.cifar10 import MEAN, REAL, STD, norm_stats, source_of
 
 
 class _Transformed(Dataset):
     def __init__(self, ds, transform):
-        self.ds, self.transform, self.source = ds, transform, getattr(ds, "source", REAL)
+        self.ds, self.transform, self.source = ds, transform, source_of(ds)
 
     def __len__(self):
         return len(self.ds)
@@ -26,11 +27,12 @@ class _Transformed(Dataset):
         return self.transform(img), y
 
 
-def transforms(augment: bool):
-    """The standard CIFAR pipeline: (random crop 32 pad 4 + flip when `augment`), to tensor, normalise."""
+def transforms(augment: bool, stats=(MEAN, STD)):
+    """The standard CIFAR pipeline: (random crop 32 pad 4 + flip when `augment`), to tensor,
+    normalise with `stats` = (mean, std)."""
     from torchvision import transforms as T
     steps = [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip()] if augment else []
-    return T.Compose(steps + [T.ToTensor(), T.Normalize(MEAN, STD)])
+    return T.Compose(steps + [T.ToTensor(), T.Normalize(*stats)])
 
 
 def make_loaders(train_ds, test_ds, batch_size: int = 128, workers: int = 2, augment: bool = True,
@@ -39,10 +41,11 @@ def make_loaders(train_ds, test_ds, batch_size: int = 128, workers: int = 2, aug
     from torch.utils.data import DataLoader
     pin = torch.cuda.is_available() if pin_memory is None else pin_memory
     extra = {"persistent_workers": False, "prefetch_factor": 4} if workers > 0 else {}
-    train = DataLoader(_Transformed(train_ds, transforms(augment)), batch_size=batch_size,
+    stats = norm_stats(train_ds)
+    train = DataLoader(_Transformed(train_ds, transforms(augment, stats)), batch_size=batch_size,
                        shuffle=True, num_workers=workers, pin_memory=pin, drop_last=drop_last, **extra)
     test = None if test_ds is None else DataLoader(
-        _Transformed(test_ds, transforms(False)), batch_size=test_batch_size or 2 * batch_size,
+        _Transformed(test_ds, transforms(False, stats)), batch_size=test_batch_size or 2 * batch_size,
         shuffle=False, num_workers=workers, pin_memory=pin, **extra)
     return train, test
 
@@ -52,16 +55,21 @@ def _raw(ds):
     if isinstance(ds, Subset):
         data, targets = _raw(ds.dataset)
         return data[ds.indices], targets[ds.indices]
-    return np.asarray(ds.data), np.asarray(ds.targets, dtype=np.int64)
+    data = np.asarray(ds.data)
+    if not data.flags.writeable:  # a broadcast view (Fashion-MNIST's repeated grey channel): copy it
+        data = np.ascontiguousarray(data)
+    return data, np.asarray(ds.targets, dtype=np.int64)
 
 
 def to_device_tensors(ds, device=None):
-    """The whole dataset as normalised float tensors resident on `device`: `(x, y)`."""
+    """The whole dataset as float tensors resident on `device`, normalised with its own
+    `norm_stats`: `(x, y)`."""
     device = default_device() if device is None else device
     data, targets = _raw(ds)
     x = torch.from_numpy(data).to(device).permute(0, 3, 1, 2).float().div_(255)
-    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
-    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
+    stats = norm_stats(ds)
+    mean = torch.tensor(stats[0], device=device).view(1, 3, 1, 1)
+    std = torch.tensor(stats[1], device=device).view(1, 3, 1, 1)
     return ((x - mean) / std).contiguous(), torch.from_numpy(targets).to(device)
 
 
@@ -101,7 +109,7 @@ class DeviceLoader:
 
 def device_loaders(train_ds, test_ds, batch_size: int = 128, device=None, augment: bool = True):
     """`make_loaders`' counterpart with the data resident on the device."""
-    src = data_label(train_ds)
+    src = source_of(train_ds)
     xtr, ytr = to_device_tensors(train_ds, device)
     xte, yte = to_device_tensors(test_ds, device)
     return (DeviceLoader(xtr, ytr, batch_size, True, augment, source=src),

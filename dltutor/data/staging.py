@@ -1,6 +1,8 @@
-"""Staging CIFAR-10 from a shared copy (no internet on compute nodes) and describing what is staged.
+"""Staging CIFAR-10 (or Fashion-MNIST) from a shared copy (no internet on compute nodes), describing what is there.
 
-`python -m dltutor data stage --from DIR` calls `stage_cifar10(DIR)`. DIR may be the
+`python -m dltutor data stage --from DIR` calls `stage(DIR)`: a DIR that holds the four Fashion-MNIST
+idx files goes to `fashion_mnist.prepare` (the stand-in used when CIFAR-10 is absent), anything
+else to `stage_cifar10(DIR)`. For CIFAR-10, DIR may be the
 `cifar-10-batches-py` folder, a folder that holds it, the `cifar-10-python.tar.gz` archive, or a
 folder that holds the archive. The copy goes to a temporary folder first and is moved into place
 only after torchvision has checked every md5, so a failed copy never leaves a half-staged dataset.
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from dltutor.core import env
 from dltutor.core.units import GiB
+from dltutor.data import fashion_mnist
 
 OFFLINE_ENV = "DLTUTOR_OFFLINE"
 BASE_FOLDER = "cifar-10-batches-py"
@@ -65,7 +68,8 @@ def _find_source(src: Path):
     if (src / ARCHIVE).is_file():
         return "archive", src / ARCHIVE
     raise FileNotFoundError(f"no CIFAR-10 in {src}: expected {BASE_FOLDER}/ or {ARCHIVE} "
-                            f"(the python version from https://www.cs.toronto.edu/~kriz/cifar.html)")
+                            f"(the python version from https://www.cs.toronto.edu/~kriz/cifar.html), "
+                            f"or the four Fashion-MNIST idx files ({', '.join(fashion_mnist.FILES)})")
 
 
 def verify(root) -> None:
@@ -100,8 +104,30 @@ def stage_cifar10(src, dest=None) -> str:
     return str(final)
 
 
+def stage(src, dest=None) -> tuple:
+    """(what, folder): Fashion-MNIST when `src` is a folder of its idx files, else CIFAR-10."""
+    path = Path(src).expanduser().resolve()
+    if path.is_dir() and fashion_mnist.has_files(path):
+        dest = Path(env.data_dir() if dest is None else dest).expanduser().resolve()
+        return fashion_mnist.LABEL, str(fashion_mnist.prepare(path, dest, replace=True))
+    return "CIFAR-10", stage_cifar10(path, dest)
+
+
+def fashion_status(root) -> str:
+    """Where the Fashion-MNIST stand-in comes from, or why there is none."""
+    if fashion_mnist.disabled():
+        return f"turned off ({fashion_mnist.ENV}=none)"
+    raw, src = fashion_mnist.raw_dir(root), fashion_mnist.source_dir()
+    if fashion_mnist.has_files(raw):
+        return f"prepared in {raw}"
+    if src is not None:
+        return f"available in {src} (prepared on first use)"
+    return f"not installed (sudo apt-get install {fashion_mnist.DEBIAN_PACKAGE}, or {fashion_mnist.ENV}=DIR)"
+
+
 def describe(root=None) -> dict:
-    """Data dir, whether all CIFAR-10 files are there (no md5 pass: that is `verify`), free space."""
+    """Data dir, whether all CIFAR-10 files are there (no md5 pass: that is `verify`), free space,
+    the Fashion-MNIST stand-in's status and what the course trains on without CIFAR-10 (`fallback`)."""
     from torchvision.datasets import CIFAR10
     root = Path(env.data_dir() if root is None else root)
     folder = root / BASE_FOLDER
@@ -110,6 +136,8 @@ def describe(root=None) -> dict:
     probe = root
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    fashion = fashion_status(root)
     return {"data_dir": str(root), "cifar10_dir": str(folder), "staged": not missing,
-            "missing": missing if folder.exists() else ["all"],
+            "missing": missing if folder.exists() else ["all"], "fashion_mnist": fashion,
+            "fallback": fashion_mnist.LABEL if fashion.startswith(("prepared", "available")) else "SYNTHETIC",
             "free_gb": round(shutil.disk_usage(probe).free / GiB, 1), "offline": env.offline()}

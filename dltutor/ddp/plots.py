@@ -1,4 +1,5 @@
-"""Plots for notebook 02: scaling efficiency, warm-up loss curves, step time vs gradient buckets.
+"""Plots for notebook 02: scaling efficiency, warm-up loss curves, step time vs gradient buckets,
+accuracy and steps-to-target vs global batch (`plot_batch_study`).
 
 Titles carry the honest labels of `dltutor.core.plots.labels` (SYNTHETIC data, CPU/gloo or GPU/nccl,
 fast mode). Each function returns the figure and saves it when `path` is given.
@@ -92,4 +93,45 @@ def plot_step_times(rows: list[dict], title: str = "Gradient buckets and overlap
     ax.set_xlim(0, top * 1.25)
     ax.set(xlabel="median step time (ms, lower is better)")
     ax.grid(axis="x", alpha=0.3)
+    return _finish(fig, title, data, path)
+
+
+def plot_batch_study(gap: list[dict], scaling: list[dict], title: str = "Large global batches",
+                     data=None, path=None):
+    """Left: test accuracy vs global batch per LR policy (`batch_study.gap_rows`), same epochs
+    each. Right: steps to the target accuracy vs global batch, log-log, beside perfect scaling
+    (`batch_study.scaling_rows`); a run that never reached the target is an open triangle at the
+    steps it ran."""
+    import matplotlib.pyplot as plt
+    from dltutor.ddp.batch_study import POLICY_TEXT
+    fig, (ax_a, ax_s) = plt.subplots(1, 2, figsize=(11.5, 4.3))
+    batches = [r["global_batch"] for r in gap]
+    for policy, text in POLICY_TEXT.items():
+        ys = [r.get(policy) for r in gap]
+        if any(y is not None for y in ys):
+            ax_a.plot(batches, ys, "o-", label=text)
+    ax_a.axhline(gap[0][next(p for p in POLICY_TEXT if gap[0].get(p) is not None)], color="grey",
+                 ls=":", label=f"smallest batch ({batches[0]})")
+    ax_a.set(xlabel="global batch B (images per step)", ylabel="test accuracy after the same epochs",
+             title="Same epochs, bigger batch (higher is better)")
+    xs = [r["global_batch"] for r in scaling]
+    hit = [r for r in scaling if r["steps_to_target"]]
+    ax_s.plot([r["global_batch"] for r in hit], [r["steps_to_target"] for r in hit], "o-",
+              color="tab:green", label=f"measured ({POLICY_TEXT['scaled+warmup']})")
+    missed = [r for r in scaling if not r["steps_to_target"]]
+    if missed:
+        ax_s.plot([r["global_batch"] for r in missed], [r["steps_run"] for r in missed], "^",
+                  mfc="none", color="tab:red", ms=9, label="not reached (steps run)")
+    if scaling[0]["perfect_scaling"]:
+        ax_s.plot(xs, [r["perfect_scaling"] for r in scaling], "--", color="grey",
+                  label="perfect scaling (2x batch, 1/2 steps)")
+    ax_s.set_yscale("log")
+    ax_s.set(xlabel="global batch B (images per step)", ylabel="optimizer steps",
+             title=f"Steps to {scaling[0]['target']:.1%} test accuracy (lower is better)")
+    for ax in (ax_a, ax_s):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [f"{b}\n{r['steps']} steps" if ax is ax_a else str(b)
+                                for b, r in zip(batches, gap)])
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
     return _finish(fig, title, data, path)

@@ -3,4 +3,5 @@
   benchmark.py  what the Horovod lab and its DDP twin share: flags, model, timing, printed lines
   runs.py       from the kernel: run either lab, read its lines, tabulate, sweep a setting
   plots.py      the Horovod timeline, fusion and cycle-time sweeps, engine and scaling bars
+  exercise.py   the write-Horovod's-lines exercise: launch the student's script, judge it
 """

@@ -6,16 +6,18 @@ model and the same random batch (`build_model`, `synthetic_batch`), time the sam
 (`time_iterations`) and print the same lines (`header_lines`, `summary_lines`), so the only
 difference between the two runs is the engine that averages the gradients.
 
-The printed lines follow the classic Horovod synthetic benchmark:
+The printed lines follow the classic Horovod synthetic benchmark, e.g. the seed's 2-GPU run
+(seed 001, dltutor.core.sources; the seed's text extraction writes some "+-" as "+ -"):
 
     Model: resnet50
     Batch size: 64
     Number of GPUs: 2
     Running warmup...
     Running benchmark...
-    Iter #0: 336.0 img/sec per GPU
-    Img/sec per GPU: 336.0 +-0.2
-    Total img/sec on 2 GPU(s): 672.0 +-0.4
+    Iter #0: 326.8 img/sec per GPU
+    ...
+    Img/sec per GPU: 325.2 +-1.8
+    Total img/sec on 2 GPU(s): 650.3 +-3.6
 
 where "+-" is 1.96 standard deviations of the per-iteration rates (a ~95% interval).
 `parse_output(text)` reads these lines back (tests, notebooks).
@@ -117,6 +119,7 @@ def build_model(name: str, num_classes: int = 1000, seed: int = 42):
         raise SystemExit(f"--model {name!r}: not a torchvision.models builder "
                          "(e.g. resnet50, resnet18, mobilenet_v3_small)") from None
     torch.manual_seed(seed)
+    torch.backends.cudnn.benchmark = True  # fixed-size images: cuDNN picks its fastest kernels (GPU)
     return builder(weights=None, num_classes=num_classes)
 
 

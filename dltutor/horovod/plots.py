@@ -199,7 +199,8 @@ def plot_fusion(thresholds_bytes, step_times_s, title: str, ax=None, ddp_step_s=
 def plot_setting_sweeps(fusion, cycle, lab_row: dict, ddp_row: dict | None, label: str):
     """Notebook 03: print and plot the two `runs.sweep_setting` results side by side.
 
-    `lab_row` is the Horovod run with the lab's own settings (its bars are drawn darker),
+    `lab_row` is the Horovod run with the lab's own settings (its bars are drawn darker; its
+    `workers` is the sweep's, named in the title),
     `ddp_row` the DDP run on the same work (its step time is the dashed line)."""
     import matplotlib.pyplot as plt
     for value, t, spread, run in fusion:
@@ -216,7 +217,7 @@ def plot_setting_sweeps(fusion, cycle, lab_row: dict, ddp_row: dict | None, labe
     plot_knob([f"{p[0]:g} ms" for p in cycle], [p[1] for p in cycle], "HOROVOD_CYCLE_TIME",
               "step time vs cycle time (dark: the lab's setting)", ax=axes[1], ddp_step_s=ddp_step,
               highlight=f"{lab_row['cycle_time_ms']:g} ms", spreads_s=[p[2] for p in cycle])
-    fig.suptitle(f"Horovod, 2 workers, one run per bar (error bar: 1.96 sigma over its "
+    fig.suptitle(f"Horovod, {lab_row['workers']} workers, one run per bar (error bar: 1.96 sigma over its "
                  f"iterations) -- {label}", fontsize=10)
     fig.tight_layout()
     return fig

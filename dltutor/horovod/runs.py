@@ -3,7 +3,8 @@
     row = run_benchmark("horovod", nproc=2, args=["--tiny"])
     rows = scaling_table([row1, row2], rate="total_img_sec", ranks="workers", group="engine")
 
-Runs go through `dltutor.launch.run` (horovodrun --gloo for 'horovod', torchrun for 'ddp'), so they
+Runs go through `dltutor.launch.run` (horovodrun for 'horovod': --gloo on the CPU, no flag on a GPU
+node whose Horovod has NCCL/MPI; torchrun for 'ddp'), so they
 get its live rank-prefixed output, timeouts, clean-up and rank-named errors. A row holds the
 measured numbers of one launch: img/s per worker (mean over ranks), total img/s (sum over ranks),
 seconds per step, and the rank-0 summary exactly as the lab printed it.
@@ -13,20 +14,36 @@ from __future__ import annotations
 from pathlib import Path
 
 from dltutor.core import course
+from dltutor.core.sources import QUOTES, figure
+from dltutor.ddp.scaling import speedup, weak_efficiency
 from dltutor.horovod import benchmark
 
 LABS = {"horovod": "03_horovod/pytorch_synthetic_benchmark.py",
         "ddp": "03_horovod/ddp_synthetic_benchmark.py"}
 BACKEND = {"horovod": "horovod", "ddp": "local"}
 
-# The course seed (OSU HiDL lab 1): Horovod's synthetic benchmark, ResNet-50, batch 64, 224x224,
-# on V100 GPUs. Quoted, not measured here.
-V100_REFERENCE = [
-    {"run": "REFERENCE: seed, 1x V100 (not measured here)", "workers": 1,
-     "img_sec_per_worker": 336.0, "total_img_sec": 336.0, "speedup": 1.0, "efficiency": 1.0},
-    {"run": "REFERENCE: seed, 2x V100 (~1.9x, not measured here)", "workers": 2,
-     "img_sec_per_worker": 319.2, "total_img_sec": 638.4, "speedup": 1.9, "efficiency": 0.95},
-]
+# The course seed (seed 001, OSU HiDL lab 1): Horovod's synthetic benchmark, ResNet-50, batch 64,
+# V100 GPUs. Quoted from dltutor.core.sources, not measured here. Task 1: 1 node x 1 GPU; task 2:
+# 2 nodes x 1 GPU launched with MVAPICH-Plus `mpirun_rsh` (the all-reduce crosses the network,
+# not NVLink). Speed-up and efficiency are computed from the quoted totals.
+SEED_1GPU_TOTAL = figure("hvd_1gpu_total")        # 336.0 img/s
+SEED_2GPU_PER_GPU = figure("hvd_2gpu_per_gpu")    # 325.2 img/s per GPU
+SEED_2GPU_TOTAL = figure("hvd_2gpu_total")        # 650.3 img/s on 2 GPUs
+
+
+def seed_reference() -> list[dict]:
+    """The seed's two Horovod runs as rows of a scaling table (REFERENCE, not measured here)."""
+    rows = [("REFERENCE: seed 001, 1 node x 1 V100 (not measured here)", 1,
+             figure("hvd_1gpu_per_gpu"), SEED_1GPU_TOTAL, QUOTES["hvd_1gpu_total"].what),
+            ("REFERENCE: seed 001, 2 nodes x 1 V100, mpirun_rsh (not measured here)", 2,
+             SEED_2GPU_PER_GPU, SEED_2GPU_TOTAL, QUOTES["hvd_2gpu_total"].what)]
+    return [{"run": run, "workers": n, "img_sec_per_worker": per, "total_img_sec": total,
+             "speedup": speedup(total, SEED_1GPU_TOTAL),
+             "efficiency": weak_efficiency(total, SEED_1GPU_TOTAL, n), "source": what}
+            for run, n, per, total, what in rows]
+
+
+V100_REFERENCE = seed_reference()
 
 
 def lab_path(engine: str) -> Path:
@@ -104,11 +121,13 @@ def sweep_setting(name: str, values, args, nproc: int = 2, done: dict | None = N
 
 def check_efficiency(fn, rows: list[dict]) -> None:
     """Self-check of the notebook exercise: `fn(total_1, total_n, n)` returns the efficiency."""
-    got = fn(336.0, 638.4, 2)
-    assert got is not None and abs(float(got) - 0.95) < 1e-6, (
-        f"seed reference: 336 img/s on 1 V100 and 638.4 img/s (1.9x) on 2 V100s give an "
-        f"efficiency of 1.9 / 2 = 0.95, but your function returned {got!r}")
-    print("seed reference: efficiency 0.95 -- correct")
+    want = weak_efficiency(SEED_2GPU_TOTAL, SEED_1GPU_TOTAL, 2)
+    got = fn(SEED_1GPU_TOTAL, SEED_2GPU_TOTAL, 2)
+    assert got is not None and abs(float(got) - want) < 1e-6, (
+        f"seed reference: {SEED_1GPU_TOTAL} img/s on 1 V100 and {SEED_2GPU_TOTAL} img/s on 2 V100s "
+        f"(2 nodes) give an efficiency of {SEED_2GPU_TOTAL} / {SEED_1GPU_TOTAL} / 2 = {want:.3f}, "
+        f"but your function returned {got!r}")
+    print(f"seed reference: efficiency {want:.3f} -- correct")
     base = min(rows, key=lambda r: r["workers"])
     assert base["workers"] == 1, "the exercise needs a 1-worker run in the table"
     for r in rows:

@@ -104,8 +104,27 @@ class PythonBackend(Backend):
         return 0, line
 
 
+def horovod_controller_flags(on_gpu: bool, built: dict | None) -> list[str]:
+    """horovodrun's controller flag: `--gloo` on the CPU, or when this Horovod has neither NCCL nor
+    MPI; none on a GPU with an NCCL/MPI build (horovodrun then picks MPI when built, else Gloo,
+    and GPU tensors go through NCCL). `built`: {'nccl': bool, 'mpi': bool, ...} (hvd.*_built())."""
+    built = built or {}
+    if on_gpu and (built.get("nccl") or built.get("mpi")):
+        return []
+    return ["--gloo"]
+
+
+def horovod_built() -> dict:
+    """What this environment's Horovod was built with (dltutor.core.engines.horovod_info)."""
+    from dltutor.core.engines import horovod_info
+    return horovod_info().get("details") or {}
+
+
 class HorovodBackend(Backend):
-    """`horovodrun -np N -H localhost:N --gloo python script.py` (Horovod's own rendezvous).
+    """`horovodrun -np N -H localhost:N [--gloo] python script.py` (Horovod's own rendezvous).
+
+    `--gloo` on the CPU (and `--no-cuda` runs); on a GPU node with an NCCL or MPI build of
+    Horovod the flag is left out (see `horovod_controller_flags`).
 
     horovodrun prefixes each rank's lines with `[<rank>]<stdout>:` (Gloo) or
     `[<job>,<rank>]<stdout>:` (MPI) and prints `Process <rank> exit with status code <n>.`
@@ -121,8 +140,11 @@ class HorovodBackend(Backend):
         return str(beside) if beside.exists() else (shutil.which("horovodrun") or "horovodrun")
 
     def command(self, script, nproc, args, *, port, log_dir, python=sys.executable):
+        from dltutor.core.device import gpu_count
+        on_gpu = "--no-cuda" not in args and gpu_count() > 0
+        flags = horovod_controller_flags(on_gpu, horovod_built() if on_gpu else None)
         return [self.executable(python), "-np", str(nproc), "-H", f"localhost:{nproc}",
-                "--gloo", python, "-u", script, *args], {}
+                *flags, python, "-u", script, *args], {}
 
     def split(self, line):
         m = self._line.match(line)

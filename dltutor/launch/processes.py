@@ -58,14 +58,21 @@ def rank_of(proc) -> int | None:
     return None
 
 
-def check_capacity(nproc: int, oversubscribe: bool = False) -> None:
+def gpus_hidden(env) -> bool:
+    """True when `env` (a launch's extra variables) hides every GPU: CUDA_VISIBLE_DEVICES=''."""
+    return env is not None and str(env.get("CUDA_VISIBLE_DEVICES", "x")).strip() in ("", "-1")
+
+
+def check_capacity(nproc: int, oversubscribe: bool = False, env=None) -> None:
     """Refuse more local ranks than this node has GPUs (GPU node) or cores (CPU node).
 
     Two NCCL ranks cannot share one GPU, and ranks that share a core measure the sharing, not
-    the method; `oversubscribe=True` does it on purpose (e.g. to show N = 4 on 2 cores)."""
+    the method; `oversubscribe=True` does it on purpose (e.g. to show N = 4 on 2 cores). An `env`
+    that hides the GPUs (`dltutor.core.device.CPU_ONLY_ENV`) makes it a CPU launch."""
     if oversubscribe:
         return
-    gpus, cores = _device.gpu_count(), _env.cpu_cores()
+    gpus = 0 if gpus_hidden(env) else _device.gpu_count()
+    cores = _env.cpu_cores()
     if gpus and nproc > gpus:
         raise ValueError(f"launch: {nproc} ranks on a node with {gpus} GPU(s): each rank needs a "
                          f"GPU of its own. Use nproc <= {gpus}, or pass oversubscribe=True to "

@@ -31,6 +31,7 @@ from pathlib import Path
 import psutil
 
 from dltutor.core import env as _env
+from dltutor.core.device import default_nproc
 from dltutor.core.dist import read_report
 from dltutor.launch import reaper
 from dltutor.launch.backends import Backend, HorovodBackend, PythonBackend, TorchrunBackend
@@ -219,27 +220,30 @@ class _Run:
                 sorted(codes))
 
 
-def launch(script, nproc: int = 2, args=(), backend: str = "local", env=None,
+def launch(script, nproc: int | None = None, args=(), backend: str = "local", env=None,
            timeout: float = 1800.0, log_dir=None, threads: int | None = None,
            echo: bool = True, oversubscribe: bool = False) -> LaunchResult:
     """Run `script` on `nproc` ranks with `backend` and return a `LaunchResult`.
 
     backend: 'local' (torchrun on this machine), 'python' (one plain process, nproc=1),
-    'horovod' (horovodrun --gloo), 'slurm' (srun inside an allocation, else sbatch with the site
+    'horovod' (horovodrun, --gloo on CPU), 'slurm' (srun inside an allocation, else sbatch with the site
     profile $DLTUTOR_SITE) or a Backend instance such as `SlurmBackend(site=..., nodes=2)`. `env` adds variables for the ranks; OMP_NUM_THREADS is
     `threads` or `dltutor.core.env.threads_per_rank(nproc)` unless `env` sets it. Logs go to
-    `log_dir` (default `<dltutor cache>/runs/<time>-<script>-<id>`). `echo=False` keeps the cell
+    `log_dir` (default `<dltutor.core.env.runs_dir()>/<time>-<script>-<id>`). `echo=False` keeps the cell
     quiet. More ranks than GPUs (or, without GPUs, cores) are refused unless `oversubscribe`.
     Raises LaunchError (a rank failed), LaunchTimeout, or KeyboardInterrupt (after killing every
-    process of the launch).
+    process of the launch). `nproc=None`: the node's GPUs on a GPU node, else 2
+    (`dltutor.core.device.default_nproc`).
     """
+    if nproc is None:
+        nproc = default_nproc()
     script, args = checked_request(script, nproc, args, timeout, threads, env)
     be = get_backend(backend)
     be.check(nproc)
     if be.local:
-        check_capacity(nproc, oversubscribe)
+        check_capacity(nproc, oversubscribe, env)
     tag = uuid.uuid4().hex[:12]
-    log_dir = Path(log_dir) if log_dir else _env.cache_dir() / "runs" / (
+    log_dir = Path(log_dir) if log_dir else _env.runs_dir() / (
         time.strftime("%Y%m%d-%H%M%S-") + Path(script).stem + "-" + tag[:6])
     log_dir.mkdir(parents=True, exist_ok=True)
     n_threads = str(threads or _env.threads_per_rank(nproc))

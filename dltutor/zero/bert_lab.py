@@ -35,7 +35,8 @@ def parser(description: str, deepspeed: bool = False) -> argparse.ArgumentParser
     p.add_argument("--batch_size", type=flags.positive_int, default=1, help="micro-batch per rank")
     p.add_argument("--num_iterations", type=flags.positive_int, default=10)
     p.add_argument("--dtype", choices=("auto",) + DTYPES, default="auto",
-                   help="auto: fp16 on GPUs (the seed), fp32 on CPUs")
+                   help="auto: mixed precision on GPUs (fp32 master weights, bf16 on compute "
+                        "capability >= 8.0, else fp16 with loss scaling), fp32 on CPUs")
     p.add_argument("--lr", type=flags.positive_float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint_dir", default=None, help="save a checkpoint here at the end")
@@ -77,12 +78,39 @@ def rank_batch(args, ctx, step: int, device):
                                step=step * ctx.world_size + ctx.rank, seed=args.seed, device=device)
 
 
-def resolve_dtype(args) -> str:
-    """--dtype auto -> fp16 when CUDA is visible (the seed's runs), fp32 on CPU."""
+def resolve_dtype(args, dev=None) -> str:
+    """--dtype auto -> the precision of `dev` (default: this rank's device): fp32 on the CPU; on a
+    GPU bf16 at compute capability >= 8.0, else fp16 (dltutor.core.device.training_precision).
+    fp16/bf16 always mean mixed precision: fp32 master weights, low-precision compute."""
     if args.dtype == "auto":
-        import torch
-        args.dtype = "fp16" if torch.cuda.is_available() else "fp32"
+        from dltutor.core.device import device, training_precision
+        args.dtype = training_precision(device() if dev is None else dev)
     return args.dtype
+
+
+def torch_dtype(name: str):
+    """'fp32' / 'bf16' / 'fp16' -> the torch dtype."""
+    import torch
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def mixed_precision(args, dev):
+    """(autocast factory or None, GradScaler) for the plain lab's `train_step`, from --dtype.
+
+    The parameters and Adam stay fp32 (the master copy, as in the seed's formula); forward and
+    backward run in bf16/fp16 under torch.autocast; fp16 gets a GradScaler (dynamic loss scale,
+    saved in the checkpoint), bf16 and fp32 an inactive one."""
+    from dltutor.core.device import autocast, grad_scaler
+    dtype = torch_dtype(resolve_dtype(args, dev))
+    low = args.dtype != "fp32"
+    factory = (lambda: autocast(dev, dtype=dtype)) if low else None
+    return factory, grad_scaler(dev, enabled=low, dtype=dtype)
+
+
+def ds_precision(dtype: str) -> dict:
+    """DeepSpeed's 'fp16' / 'bf16' config sections for `dtype` (its engine keeps fp32 masters)."""
+    return {"fp16": {"enabled": dtype == "fp16", "initial_scale_power": 16},
+            "bf16": {"enabled": dtype == "bf16"}}
 
 
 def model_flags(args) -> dict:
@@ -112,9 +140,7 @@ def load_ds_config(path, args) -> dict:
     if cfg.get("train_micro_batch_size_per_gpu", "auto") == "auto":
         cfg["train_micro_batch_size_per_gpu"] = args.batch_size
     cfg.pop("train_batch_size", None)
-    resolve_dtype(args)
-    cfg["fp16"] = {"enabled": args.dtype == "fp16", "initial_scale_power": 16}
-    cfg["bf16"] = {"enabled": args.dtype == "bf16"}
+    cfg.update(ds_precision(resolve_dtype(args)))
     zero = cfg["zero_optimization"]
     largest = max(args.vocab * args.h_dim, args.h_dim * args.ff_dim, 3 * args.h_dim ** 2)
     # "auto" buckets hold about one weight matrix: small models stay small, big ones stay fast

@@ -1,10 +1,15 @@
-"""A per-process memory budget that the OS enforces, so an over-budget allocation fails for real.
+"""A per-process memory budget that is enforced, so an over-budget allocation fails for real.
 
-`apply_budget(mb)` sets RLIMIT_DATA to what the process holds now plus `mb` MiB (after
-`warm_up()` has paid the start-up costs: threads, malloc arenas, lazy imports), so a later
-allocation beyond it fails inside torch's allocator ("DefaultCPUAllocator: can't allocate
-memory"), not in a simulated check. `is_out_of_memory(text)` recognises such an error in an
-exception or a log. Used by course/labs/04_deepspeed (`--mem-budget-mb`).
+`apply_budget(mb, dev)` chooses the cap by the device the process trains on:
+  * CPU: RLIMIT_DATA (host memory, the kernel enforces it) = what the process holds now plus `mb`
+    MiB, after `warm_up()` has paid the start-up costs (threads, malloc arenas, lazy imports); a
+    later allocation beyond it fails inside torch ("DefaultCPUAllocator: can't allocate memory").
+  * GPU: a device cap, torch.cuda.set_per_process_memory_fraction(fraction, dev), with fraction =
+    (memory the caching allocator holds after warm-up + `mb` MiB) / the device's total memory;
+    beyond it torch raises a real torch.cuda.OutOfMemoryError ("CUDA out of memory").
+Never a simulated check. `cap_kind(dev)` says which cap applies; `is_out_of_memory(text)`
+recognises either error in an exception or a log. Used by course/labs/04_deepspeed
+(`--mem-budget-mb`).
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ def data_segment_bytes() -> int:
     raise OSError("no VmData in /proc/self/status")
 
 
-def warm_up() -> None:
+def warm_up(dev=None) -> None:
     """Run a tiny training step so threads, arenas and lazy imports exist before a budget.
 
     Thread pools (OpenMP, autograd), malloc arenas and modules imported on first use
@@ -44,8 +49,10 @@ def warm_up() -> None:
         load_deepspeed_ops()
     from dltutor.core.train_step import train_step
     from dltutor.zero.bert import build_bert, synthetic_mlm_batch
-    m = build_bert(1, 32, 64, 2, 64, 8)
-    train_step(m, torch.optim.Adam(m.parameters()), *synthetic_mlm_batch(2, 8, 64), loss_fn=None)
+    dev = dev or "cpu"
+    m = build_bert(1, 32, 64, 2, 64, 8).to(dev)
+    train_step(m, torch.optim.Adam(m.parameters()), *synthetic_mlm_batch(2, 8, 64, device=dev),
+               loss_fn=None)
 
 
 def load_deepspeed_ops() -> None:
@@ -75,10 +82,47 @@ def _return_big_blocks(threshold: int = 64 * 1024) -> None:
         ctypes.CDLL("libc.so.6").mallopt(-3, int(threshold))  # -3 = M_MMAP_THRESHOLD
 
 
-def apply_budget(mb: float | None = None, warm: bool = True) -> int | None:
-    """Let this process allocate at most `mb` MiB more than it holds now; the kernel enforces it.
+def cap_kind(dev=None) -> str:
+    """Which cap `apply_budget` sets on `dev` (default: this process's device), in words."""
+    from dltutor.core.device import device
+    dev = device() if dev is None else dev
+    if getattr(dev, "type", str(dev)) == "cuda":
+        return (f"GPU memory cap on {dev} (torch.cuda.set_per_process_memory_fraction): a real "
+                "torch.cuda.OutOfMemoryError beyond it")
+    return "host memory cap (RLIMIT_DATA, enforced by the OS kernel): no GPU in use"
 
-    Sets RLIMIT_DATA (soft and hard) to current VmData + budget, so a later malloc/mmap beyond
+
+def device_fraction(held_bytes: int, mb: float, total_bytes: int) -> float:
+    """The share of a GPU of `total_bytes` that allows `mb` MiB beyond `held_bytes`."""
+    if total_bytes <= 0:
+        raise ValueError(f"device total memory must be positive, got {total_bytes}")
+    want = held_bytes + float(mb) * MiB
+    if want > total_bytes:
+        raise ValueError(f"a budget of {mb} MiB beyond the {held_bytes / MiB:.0f} MiB held is more "
+                         f"than the GPU's {total_bytes / MiB:.0f} MiB: choose a smaller budget")
+    return want / total_bytes
+
+
+def cap_device(mb: float, dev, warm: bool = True) -> int:
+    """Cap this process's CUDA caching allocator on `dev` at what it holds + `mb` MiB; the limit."""
+    import torch
+    if warm:
+        warm_up(dev)
+    torch.cuda.synchronize(dev)
+    torch.cuda.empty_cache()                     # freed warm-up blocks are not the model's
+    held = torch.cuda.memory_reserved(dev)
+    total = torch.cuda.get_device_properties(dev).total_memory
+    fraction = device_fraction(held, mb, total)
+    torch.cuda.set_per_process_memory_fraction(fraction, dev)
+    return int(fraction * total)
+
+
+def apply_budget(mb: float | None = None, warm: bool = True, dev=None) -> int | None:
+    """Let this process allocate at most `mb` MiB more than it holds now; the cap is enforced.
+
+    `dev` (default: this process's device, dltutor.core.device.device()) chooses the cap: on a
+    GPU `cap_device` (torch.cuda.set_per_process_memory_fraction); on the CPU, RLIMIT_DATA.
+    CPU: sets RLIMIT_DATA (soft and hard) to current VmData + budget, so a later malloc/mmap beyond
     it fails and torch raises its real allocator error ("DefaultCPUAllocator: can't allocate
     memory"). RLIMIT_AS is not used: a CUDA build of torch reserves gigabytes of address space
     it never touches. `mb=None` reads `$DLTUTOR_MEM_BUDGET_MB`; returns the limit in bytes.
@@ -87,6 +131,10 @@ def apply_budget(mb: float | None = None, warm: bool = True) -> int | None:
         mb = os.environ.get(BUDGET_ENV) or None
     if mb is None or float(mb) <= 0:
         return None
+    from dltutor.core.device import device
+    dev = device() if dev is None else dev
+    if getattr(dev, "type", str(dev)) == "cuda":
+        return cap_device(float(mb), dev, warm)
     if warm:
         warm_up()
     _return_big_blocks()

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from dltutor.core.units import GiB
 
 SEED_2P5B = dict(num_layers=192, h_dim=1024, ff_dim=4096, num_heads=16, vocab=30522,
-                 seq_len=512, batch_size=1)  # the seed's flags; vocab/seq_len/heads: BERT's
+                 seq_len=512, batch_size=1)  # seed 001 flags; vocab/seq_len/heads: our assumptions (BERT-large)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
     plot_memory_stack(memory.estimate_all_stages(p, d=2, ...), device_bytes=16 * GiB)
     plot_predicted_vs_measured(rows)      # rows from dltutor.zero.runs (MiB per rank)
     plot_samples_per_s(rows)
+    plot_loss_trajectories([stage0_row, fsdp_row])   # FSDP2 on top of stage 0
 
 Plots of a run carry the run's labels ('CPU/gloo', 'fast mode'); a plot of the formula alone says
 'on paper' instead, because nothing ran.
@@ -113,5 +114,27 @@ def plot_samples_per_s(rows, title: str = "Training speed", path=None):
     ax.set_xlim(0, top * 1.5)
     ax.set_xlabel("samples/s, all ranks together (higher is better)")
     ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"{title} {labels()}", fontsize=10)
+    return _finish(fig, path)
+
+
+def plot_loss_trajectories(rows, title: str = "Loss per step, averaged over ranks", path=None):
+    """One line per run row (its `losses`): engines doing the same arithmetic lie on top of
+    each other; the largest gap to the first row is written in the legend."""
+    import matplotlib.pyplot as plt
+
+    from dltutor.zero.fsdp import loss_gap
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    ref = rows[0]["losses"]
+    styles = ("-", "--", ":", "-.")
+    for i, r in enumerate(rows):
+        gap = loss_gap(r["losses"], ref)
+        extra = f" (max rel. gap to {rows[0]['label']}: {gap:.1e})" if i else ""
+        ax.plot(range(len(r["losses"])), r["losses"], styles[i % len(styles)], marker="o",
+                lw=2, label=f"{r['label']}{extra}")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("masked-LM loss (mean over ranks)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
     ax.set_title(f"{title} {labels()}", fontsize=10)
     return _finish(fig, path)

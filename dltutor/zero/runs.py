@@ -3,6 +3,7 @@ report into rows (one per config) that notebook 04 prints and plots.
 
     rows, result = sweep(["zero0", "zero3"], nproc=2, sizes=dict(num_layers=2, h_dim=64))
     oom = run_plain_under_budget(sizes, budget_mb=320)   # never raises: the OOM is the result
+    fsdp_row, result = run_fsdp2(nproc=2, sizes=sizes)    # PyTorch FSDP2, same model and sizes
 
 Memory in a row is per rank (rank 0), in MiB: `params_MiB` / `grads_MiB` / `optimizer_MiB` /
 `measured` are the model-state bytes the rank really held (dltutor.zero.memory.ModelStateMeter),
@@ -23,7 +24,7 @@ from dltutor.zero.budget import is_out_of_memory
 
 LABELS = {"zero0": "stage 0", "zero1": "stage 1", "zero2": "stage 2", "zero3": "stage 3",
           "zero3_offload_cpu": "stage 3 + CPU offload", "zero3_offload_nvme": "stage 3 + NVMe",
-          "plain": "plain PyTorch"}
+          "plain": "plain PyTorch", "fsdp2": "FSDP2 (fully_shard)"}
 
 
 def size_flags(sizes: dict) -> list[str]:
@@ -64,18 +65,28 @@ def _args(config: str, sizes: dict, budget_mb=None, nvme_dir=None) -> list[str]:
 
 
 def run_config(config: str, nproc: int, sizes: dict, budget_mb=None, nvme_dir=None,
-               timeout: float = 900, log_dir=None):
-    """Launch train_bert_ds.py (or train_bert.py for 'plain') once; (row of rank 0, result)."""
+               timeout: float = 900, log_dir=None, env=None):
+    """Launch train_bert_ds.py (or train_bert.py for 'plain') once; (row of rank 0, result).
+
+    `env` adds variables for the ranks (e.g. dltutor.core.device.RankPlan.env: the CPU)."""
     script = course.lab("04_deepspeed/" + ("train_bert.py" if config == "plain" else "train_bert_ds.py"))
     res = launch(str(script), nproc=nproc, args=_args(config, sizes, budget_mb, nvme_dir),
-                 env=engine_env(), echo=False, timeout=timeout, log_dir=log_dir)
+                 env={**engine_env(), **(env or {})}, echo=False, timeout=timeout, log_dir=log_dir)
     return row_of(res.metrics[0], config, nproc), res
 
 
-def sweep(configs, nproc: int, sizes: dict, timeout: float = 900, log_dir=None):
+def run_fsdp2(nproc: int, sizes: dict, timeout: float = 900, log_dir=None, env=None):
+    """train_bert_fsdp.py (PyTorch FSDP2) with the ZeRO runs' sizes; (row of rank 0, result)."""
+    res = launch(str(course.lab("04_deepspeed/train_bert_fsdp.py")), nproc=nproc,
+                 args=size_flags(sizes), env=env, echo=False, timeout=timeout, log_dir=log_dir)
+    return row_of(res.metrics[0], "fsdp2", nproc), res
+
+
+def sweep(configs, nproc: int, sizes: dict, timeout: float = 900, log_dir=None, env=None):
     """All `configs` in ONE launch of sweep_zero.py (no budget); (rows in order, result)."""
     args = ["--configs", ",".join(configs)] + size_flags(sizes)
-    res = launch(str(course.lab("04_deepspeed/sweep_zero.py")), nproc=nproc, args=args, env=engine_env(),
+    res = launch(str(course.lab("04_deepspeed/sweep_zero.py")), nproc=nproc, args=args,
+                 env={**engine_env(), **(env or {})},
                  echo=False, timeout=timeout, log_dir=log_dir)
     by = {m["config"]: m for m in res.metrics if m.get("rank", 0) == 0}
     return [row_of(by[c], c, nproc) for c in configs if c in by], res
@@ -94,14 +105,14 @@ def allocator_lines(text: str) -> list[str]:
             if is_out_of_memory(ln) or "OUT OF MEMORY during" in ln]
 
 
-def run_plain_under_budget(sizes: dict, budget_mb: float, timeout: float = 900) -> dict:
+def run_plain_under_budget(sizes: dict, budget_mb: float, timeout: float = 900, env=None) -> dict:
     """train_bert.py on 1 process under the OS-enforced budget. Never raises on failure.
 
     Returns {ok, oom, lines (the OOM lines of the log), error (first line of the LaunchError),
     log (path of rank 0's log), row (when it trained after all)}.
     """
     try:
-        row, res = run_config("plain", 1, sizes, budget_mb=budget_mb, timeout=timeout)
+        row, res = run_config("plain", 1, sizes, budget_mb=budget_mb, timeout=timeout, env=env)
         return dict(ok=True, oom=False, lines=[], error=None, log=str(res.logs.get(0)), row=row)
     except LaunchError as err:
         text = _log_text(err.result) or str(err)

@@ -12,7 +12,9 @@ Launch forms (run in this lab's folder; one process, one task; after `#`: what i
         --wrap "python train.py --epochs 30 --checkpoint-dir ckpt --resume"   # a batch job
 
 Data: $DLTUTOR_DATA/cifar-10-batches-py (stage it with `python -m dltutor data stage --from DIR`).
-Without it (and offline, DLTUTOR_OFFLINE=1) the run uses a SYNTHETIC stand-in and says so.
+Without it (and offline, DLTUTOR_OFFLINE=1) the run trains on the real Fashion-MNIST (Debian's
+dataset-fashion-mnist, shown as 3x32x32) and every line says "Fashion-MNIST (stand-in for CIFAR-10)";
+without that too (or with DLTUTOR_FASHION_MNIST=none) on a SYNTHETIC stand-in, and says so.
 The last line is `DLTUTOR_METRICS {json}` for dltutor.launch.run and the tests.
 """
 from __future__ import annotations

@@ -20,8 +20,8 @@ launch(dltutor.core.course.lab("02_ddp/train.py"), nproc=2, args=["--tiny"]) (dl
 backend='slurm' inside a Slurm job).
 
 Backend: nccl on GPUs, gloo on CPUs (dltutor.core.device.backend()). Data: CIFAR-10 from
-dltutor.data.cifar10.load_cifar10 (a SYNTHETIC stand-in when it is not available offline; the metrics
-say which). No augmentation: the lab measures scaling, not the best accuracy.
+dltutor.data.cifar10.load_cifar10 (offline without CIFAR-10: the real Fashion-MNIST as a labelled
+stand-in, else a SYNTHETIC set; the metrics say which). No augmentation: the lab measures scaling, not the best accuracy.
 
 Scaling modes: --weak keeps the per-rank batch (global batch = W x per-rank batch); --strong keeps
 the global batch and splits it over the W ranks. Learning rate: the linear scaling rule,
@@ -32,6 +32,13 @@ Gradient communication: by default DDP all-reduces gradient buckets of --bucket-
 backward is still running (overlap). --no-overlap runs backward under DDP's no_sync() (no
 communication at all) and then all-reduces every gradient in one flat buffer by hand, after
 backward has finished (dltutor.ddp.by_hand.allreduce_gradients): same result, no overlap.
+
+Large-batch study (notebook 02, section 3): --model cnn trains dltutor.ddp.batch_study.small_cnn
+(no batch norm) on a global batch --global-batch with --strong; --base-batch and --lr set the linear
+scaling rule, --warmup-epochs the warm-up, --no-scale-lr turns the rule off. --eval-every N measures
+the test accuracy every N steps (acc_curve) and --target-acc reports the first step that reaches
+it (steps_to_target). Such a run on W ranks repeats one run of the notebook's one-process sweep
+(dltutor.ddp.batch_study.train_run with world_size=W) up to float rounding.
 
 Each rank prints one `DLTUTOR_METRICS {json}` line: img/s (own and global), step time, loss curve
 (averaged over ranks), lr curve, world size, hardware label (CPU/gloo or GPU/nccl), data source.
@@ -46,11 +53,12 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler  # DDP:
 
 from dltutor.core import dist, flags
-from dltutor.core.device import hardware_label
+from dltutor.core.device import hardware_label, synchronize
 from dltutor.core.train_step import train_step
 from dltutor.data import cifar10
 from dltutor.data.loaders import to_device_tensors
 from dltutor.single import models
+from dltutor.ddp.batch_study import small_cnn, steps_to_target
 from dltutor.ddp.by_hand import allreduce_gradients, param_checksum
 from dltutor.ddp.run_stats import reduce_run_stats
 from dltutor.ddp.scaling import scaled_lr, split_batch, warmup_factor
@@ -61,7 +69,10 @@ TINY = dict(width=4, train_subset=256, test_subset=128, per_rank_batch=16, globa
 
 def parse_args(argv=None):
     p = flags.parser(__doc__)
-    p.add_argument("--width", type=flags.positive_int, default=64, help="ResNet width (64 = ResNet-18)")
+    p.add_argument("--model", choices=("resnet", "cnn"), default="resnet",
+                   help="resnet: models.cifar_resnet; cnn: batch_study.small_cnn (the batch study)")
+    p.add_argument("--width", type=flags.positive_int, default=64,
+                   help="ResNet width (64 = ResNet-18); the cnn's first layer width")
     p.add_argument("--epochs", type=flags.positive_int, default=30, help="passes over the training set")
     p.add_argument("--steps", type=flags.nonnegative_int, default=0, help="stop after this many steps (0: no limit)")
     mode = p.add_mutually_exclusive_group()
@@ -90,11 +101,18 @@ def parse_args(argv=None):
     p.add_argument("--train-subset", type=flags.nonnegative_int, default=0, help="train images (0: all)")
     p.add_argument("--test-subset", type=flags.nonnegative_int, default=0, help="test images (0: all)")
     p.add_argument("--eval", action="store_true", help="test accuracy after training")
+    p.add_argument("--eval-every", type=flags.nonnegative_int, default=0,
+                   help="test accuracy every N steps and at the end (acc_curve); 0: off")
+    p.add_argument("--target-acc", type=flags.fraction, default=None,
+                   help="report the first step whose test accuracy reaches this (needs --eval-every)")
     p.add_argument("--timing-skip", type=flags.nonnegative_int, default=2, help="first steps left out of img/s")
     p.add_argument("--log-every", type=flags.positive_int, default=50, help="rank 0 prints the loss every N steps")
     p.add_argument("--seed", type=int, default=0, help="weights, data and shuffle seed")
     flags.add_tiny(p, TINY)
-    return flags.parse(p, argv)
+    a = flags.parse(p, argv)
+    if a.target_acc is not None and not a.eval_every:
+        p.error("--target-acc needs --eval-every N (N > 0): the accuracy is measured every N steps")
+    return a
 
 
 def evaluate(model, x, y, ctx, batch=512):
@@ -130,13 +148,14 @@ def main(argv=None):
         train_set = TensorDataset(x, y)
         sampler = DistributedSampler(train_set, num_replicas=W, rank=ctx.rank,  # DDP: a 1/W shard
                                      shuffle=True, seed=a.seed, drop_last=True)  # DDP: per rank
-        loader = DataLoader(train_set, batch_size=b, sampler=sampler, drop_last=True)
+        loader = DataLoader(train_set, batch_size=b, sampler=sampler, drop_last=True,
+                            pin_memory=dev.type == "cuda")  # pinned: the .to(non_blocking) overlaps
         if len(loader) == 0:
             raise SystemExit(f"{len(train_set)} images give no full batch of {b} on each of {W} ranks")
         warmup = round(a.warmup_epochs * len(loader)) if a.warmup_epochs > 0 else a.warmup_steps
 
         torch.manual_seed(a.seed)  # the same initial weights everywhere (DDP also broadcasts them)
-        model = models.cifar_resnet(width=a.width).to(dev)
+        model = (small_cnn(width=a.width) if a.model == "cnn" else models.cifar_resnet(width=a.width)).to(dev)
         n_params = models.count_parameters(model)
         if ctx.is_distributed:
             model = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None,  # DDP:
@@ -152,11 +171,13 @@ def main(argv=None):
         loss_fn = torch.nn.CrossEntropyLoss()
         dist.rank_print(f"{hardware_label(dev)} world_size={W} {a.scaling} scaling: per-rank batch "
                         f"{b}, global batch {B}; lr {a.lr} -> {peak_lr:g} (warm-up {warmup} "
-                        f"steps); data {info['source']}; {n_params:,} parameters; "
+                        f"steps); data {info.get('label', info['source'])}; {n_params:,} parameters; "
                         f"{'no overlap' if manual else f'bucket_cap_mb={a.bucket_cap_mb}'}; "
                         f"{torch.get_num_threads()} thread(s)/rank", main_only=True)
 
-        losses, lrs, times, heads = [], [], [], []
+        losses, lrs, times, heads, acc_curve = [], [], [], [], []
+        x_test, y_test = to_device_tensors(test_ds, "cpu") if a.eval or a.eval_every else (None, None)
+        plain = model.module if ctx.is_distributed else model  # DDP: evaluate the local replica
         step, t_first, t_start = 0, None, time.perf_counter()
         for epoch in range(a.epochs):
             sampler.set_epoch(epoch)  # DDP: a new shuffle each epoch, the same order on all ranks
@@ -172,12 +193,13 @@ def main(argv=None):
                     model, opt, xb, yb, loss_fn=loss_fn,
                     no_sync=sync_off,  # DDP: no_sync() only with --no-overlap
                     before_step=by_hand)  # DDP: --no-overlap: all-reduce after backward
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
+                synchronize(dev)  # the GPU's queued work is done before the clock is read
                 times.append(time.perf_counter() - t0)
                 losses.append(loss.detach())
                 lrs.append(lr)
                 step += 1
+                if a.eval_every and step % a.eval_every == 0:  # every rank takes part (all-reduce)
+                    acc_curve.append((step, evaluate(plain, x_test, y_test, ctx)))
                 if step % a.log_every == 0:
                     dist.rank_print(f"epoch {epoch} step {step} loss {loss.item():.4f} lr {lr:.4g}",
                                     main_only=True)
@@ -189,8 +211,12 @@ def main(argv=None):
 
         curve, timed, busy = reduce_run_stats(  # DDP: loss curve = mean over ranks; busy time =
             losses, times, a.timing_skip, W, dev, ctx.is_distributed)  # DDP: the slowest rank's
-        acc = evaluate(model.module if ctx.is_distributed else model, *to_device_tensors(
-            test_ds, "cpu"), ctx) if a.eval else None
+        acc = None
+        if a.eval or a.eval_every:
+            acc = acc_curve[-1][1] if acc_curve and acc_curve[-1][0] == step else evaluate(
+                plain, x_test, y_test, ctx)
+            if a.eval_every and (not acc_curve or acc_curve[-1][0] != step):
+                acc_curve.append((step, acc))
         dist.report(img_per_s=b * len(timed) / timed.sum().item(),
                     global_img_per_s=B * len(timed) / busy.item(),
                     step_time_ms=1e3 * timed.median().item(),
@@ -201,7 +227,9 @@ def main(argv=None):
                     scaling=a.scaling, per_rank_batch=b, global_batch=B, bucket_cap_mb=a.bucket_cap_mb,
                     overlap=not manual, hardware=hardware_label(dev), data=info["source"],
                     params=n_params, width=a.width, threads=torch.get_num_threads(),
-                    launcher=ctx.launcher, shard_heads=heads, test_acc=acc,
+                    launcher=ctx.launcher, shard_heads=heads, test_acc=acc, model=a.model,
+                    acc_curve=acc_curve, target_acc=a.target_acc,
+                    steps_to_target=None if a.target_acc is None else steps_to_target(acc_curve, a.target_acc),
                     param_checksum=param_checksum(model))
 
 

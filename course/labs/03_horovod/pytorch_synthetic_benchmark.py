@@ -21,8 +21,8 @@ the environment sets them (Horovod's defaults, 1 ms and 128 MiB, suit GPUs; on C
 takes time from the compute: bench/bench_horovod_vs_ddp.py measures both). Rank 0 prints the values.
 
 The twin `ddp_synthetic_benchmark.py` does the same work with torch DistributedDataParallel.
-Example (seed of the course, 1 V100): --model resnet50 --batch-size 64 --num-iters 5
-  -> "Img/sec per GPU: 336.0 +-0.2"; ~1.9x the total on 2 GPUs.
+Example (seed 001 of the course, V100s): --model resnet50 --batch-size 64 --num-iters 5
+  -> 336.0 img/s on 1 GPU; 325.2 per GPU, 650.3 in total on 2 nodes x 1 GPU (mpirun_rsh).
 """
 import torch
 import torch.optim as optim

@@ -1,5 +1,9 @@
 """Train the BERT-style masked-LM with plain PyTorch and torch.optim.Adam (no ZeRO).
 
+Precision: fp32 on a CPU; on a GPU mixed precision by default (fp32 weights and Adam, autocast to
+bf16 on compute capability >= 8.0, else fp16 with a GradScaler), the layout the seed's formula
+counts (`--dtype` to choose). `--checkpoint_dir` saves model, Adam and the loss scaler.
+
 The seed's first run: every rank holds the whole model, its gradients and Adam's two moments, so
 a big model dies in Adam's first step (`state['exp_avg_sq'] = torch.zeros_like(p)`).
 
@@ -15,6 +19,7 @@ import sys
 import time
 
 from dltutor.core import dist, env
+from dltutor.core.device import synchronize
 from dltutor.core.train_step import train_step
 from dltutor.zero import bert_lab, budget, memory
 from dltutor.zero.bert import build_bert
@@ -25,23 +30,25 @@ def main(argv=None):
     import torch
 
     ctx = dist.init()                                    # DDP: process group if launched so
-    budget_bytes = budget.apply_budget(args.mem_budget_mb)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[
-        bert_lab.resolve_dtype(args)]
+    budget_bytes = budget.apply_budget(args.mem_budget_mb, dev=ctx.device)  # GPU: a device cap
+    amp, scaler = bert_lab.mixed_precision(args, ctx.device)  # fp32 masters, autocast, scaler
+    dtype = bert_lab.torch_dtype(args.dtype)
     env.seed_everything(args.seed, 0)                   # same initial weights on every rank
     phase = "model construction"
     try:
-        model = build_bert(**bert_lab.model_flags(args)).to(ctx.device, dtype)
+        model = build_bert(**bert_lab.model_flags(args)).to(ctx.device)  # fp32 master weights
         n_params = sum(p.numel() for p in model.parameters())
         net = model
         if ctx.is_distributed:
-            net = torch.nn.parallel.DistributedDataParallel(model)  # DDP: all-reduce grads
+            net = torch.nn.parallel.DistributedDataParallel(  # DDP: all-reduce grads
+                model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
         opt = torch.optim.Adam(model.parameters(), lr=args.lr)
         meter = memory.ModelStateMeter(model, opt)
         losses, t0, timed = [], None, 0
         for step in range(args.num_iterations):
             phase = f"iteration {step} (forward/backward)"
             if step == 1:
+                synchronize(ctx.device)                  # step 0's GPU work is done
                 t0 = time.perf_counter()
             tokens, labels = bert_lab.rank_batch(args, ctx, step, ctx.device)
             if step == args.measure_iter:
@@ -53,9 +60,11 @@ def main(argv=None):
                 meter.sample()
                 phase = f"iteration {step} (Adam step)"   # step 0 allocates exp_avg, exp_avg_sq
 
-            loss, _ = train_step(net, opt, tokens, labels, loss_fn=None, before_step=before_adam)
-            losses.append(float(loss))
+            loss, _ = train_step(net, opt, tokens, labels, loss_fn=None, autocast=amp,
+                                 scaler=scaler, before_step=before_adam)
+            losses.append(float(loss.detach()))
             timed += step > 0
+        synchronize(ctx.device)
         elapsed = time.perf_counter() - t0 if t0 else float("nan")
     except (RuntimeError, MemoryError) as exc:
         if budget.is_out_of_memory(exc):
@@ -67,8 +76,21 @@ def main(argv=None):
                 start_step=0, losses=losses,
                 samples_per_s=timed * args.batch_size * ctx.world_size / elapsed if timed
                 else None, model_state_bytes=meter.peak, predicted=est.as_dict(),
-                budget_bytes=budget_bytes, **memory.peak_memory_bytes(ctx.device))
+                budget_bytes=budget_bytes, loss_scale=scaler.get_scale() if scaler.is_enabled()
+                else None, **memory.peak_memory_bytes(ctx.device))
+    if args.checkpoint_dir and ctx.is_main:
+        save_checkpoint(args.checkpoint_dir, model, opt, scaler, args.num_iterations)
     dist.teardown()
+
+
+def save_checkpoint(folder, model, opt, scaler, step: int):
+    """Model, Adam and the loss scaler (its scale and growth tracker) in <folder>/plain.pt."""
+    import os
+
+    import torch
+    os.makedirs(folder, exist_ok=True)
+    torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                "scaler": scaler.state_dict()}, os.path.join(folder, "plain.pt"))
 
 
 if __name__ == "__main__":

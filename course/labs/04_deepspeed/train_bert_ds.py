@@ -12,14 +12,18 @@ ZeRO-Infinity: `--deepspeed_config configs/zero3_offload_nvme.json --nvme_path /
 (or $DLTUTOR_NVME_DIR). Checkpoints: `--checkpoint_dir D` saves at the end (and every
 `--save_interval` steps); `--resume` continues from the latest one with the same loss curve.
 `--mem-budget-mb M` lets each process allocate at most M MiB beyond its start-up memory (the OS
-enforces it), to show which stage fits a budget for real.
+enforces it on a CPU; on a GPU a device cap, torch.cuda.set_per_process_memory_fraction), to show
+which stage fits a budget for real.
+Precision: fp32 on a CPU; on a GPU the config's "bf16" (compute capability >= 8.0) or "fp16"
+(dynamic loss scaling, saved in DeepSpeed's checkpoints) section is switched on, and DeepSpeed
+keeps fp32 master weights and Adam states, as the seed's formula counts.
 """
 import os
 import sys
 import time
 
 from dltutor.core import dist, env
-from dltutor.core.device import backend
+from dltutor.core.device import backend, synchronize
 from dltutor.core.engines import engine_env
 from dltutor.zero import bert_lab, budget, memory
 from dltutor.zero.bert import build_bert
@@ -38,7 +42,7 @@ def main(argv=None):
 
     ctx = dist.init(group_of_one=True)  # DeepSpeed: process group (gloo/nccl), even of one
     deepspeed.init_distributed(dist_backend=backend())  # DeepSpeed: reuse it
-    budget_bytes = budget.apply_budget(args.mem_budget_mb)
+    budget_bytes = budget.apply_budget(args.mem_budget_mb, dev=ctx.device)  # GPU: a device cap
     dist.report(**run(args, cfg, ctx), budget_bytes=budget_bytes)
     dist.teardown()
 
@@ -49,8 +53,7 @@ def run(args, cfg, ctx) -> dict:
     import torch
     from deepspeed.utils.logging import set_log_level_from_string
     stage = cfg["zero_optimization"].get("stage", 0)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[
-        bert_lab.resolve_dtype(args)]
+    dtype = bert_lab.torch_dtype(bert_lab.resolve_dtype(args))  # DeepSpeed: its fp16/bf16 section
     env.seed_everything(args.seed, 0)                    # same initial weights on every rank
     phase = "model construction"
     try:
@@ -74,6 +77,7 @@ def run(args, cfg, ctx) -> dict:
         for step in range(start, args.num_iterations):
             phase = f"iteration {step}"
             if step == start + 1:
+                synchronize(engine.device)
                 t0 = time.perf_counter()
             tokens, labels = bert_lab.rank_batch(args, ctx, step, engine.device)
             if step == args.measure_iter:
@@ -89,6 +93,7 @@ def run(args, cfg, ctx) -> dict:
                     args.save_interval and (step + 1) % args.save_interval == 0)):
                 engine.save_checkpoint(args.checkpoint_dir, tag=f"step{step + 1}",
                                        client_state={"step": step + 1})
+        synchronize(engine.device)
         elapsed = time.perf_counter() - t0 if t0 else float("nan")
     except (RuntimeError, MemoryError) as exc:
         if budget.is_out_of_memory(exc):

@@ -1,0 +1,166 @@
+"""Notebook 05's exercise: one reduce-scatter step of the ring, written with point-to-point.
+
+The student writes `reduce_scatter_step(chunks, rank, world_size, step)` in a script that ends
+with `run(reduce_scatter_step)`. In the kernel, `check(path)` launches that script on 3 gloo ranks;
+each rank (`run`) cuts its vector into the ring's chunks (`ring.chunk_bounds`), calls the
+student's function for steps 1 .. N-1 and reports its vector after every step. The check then
+compares every chunk of every rank after every step with the step model, `ring.ring_steps`: the
+chunk must hold exactly the sum the model says (`RingStep.held`, shown as the seed's labels).
+
+Rank r's vector holds (i + 1) * 10**r at element i, so any sum names its contributions: the
+decimal digits of value / (i + 1) count how often each rank's data was added.
+Collectives (all_reduce, reduce_scatter, ...) are blocked while the student's step runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import traceback
+from pathlib import Path
+
+from dltutor.allreduce import ring
+from dltutor.core import course
+from dltutor.core import dist as _dist
+
+NPROC = 3
+LENGTH = 7          # not a multiple of 3: chunks of 3, 2 and 2 elements (numpy.array_split)
+BLOCKED = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather",
+           "all_gather_into_tensor", "reduce", "broadcast", "all_to_all", "scatter", "gather")
+
+
+# ------------------------------------------------------------------ inside the launched ranks
+def rank_vector(rank: int, length: int = LENGTH):
+    import torch
+    return torch.arange(1, length + 1, dtype=torch.float64) * 10.0 ** rank
+
+
+@contextlib.contextmanager
+def _point_to_point_only():
+    import torch.distributed as tdist
+
+    def refuse(name):
+        def blocked(*_a, **_k):
+            raise RuntimeError(f"torch.distributed.{name} is a collective: the exercise is to "
+                               "write the step with send/recv (isend/irecv, batch_isend_irecv)")
+        return blocked
+    saved = {n: getattr(tdist, n) for n in BLOCKED if hasattr(tdist, n)}
+    try:
+        for name in saved:
+            setattr(tdist, name, refuse(name))
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(tdist, name, fn)
+
+
+def run(step_fn, length: int = LENGTH) -> None:
+    """Run the N-1 reduce-scatter steps of `step_fn` on this rank, reporting after each."""
+    with _dist.session() as ctx:
+        vec = rank_vector(ctx.rank, length).to(ctx.device)
+        chunks = [vec[a:b] for a, b in ring.chunk_bounds(length, ctx.world_size)]
+        after = []
+        for step in range(1, ctx.world_size):
+            try:
+                with _point_to_point_only():
+                    step_fn(chunks, ctx.rank, ctx.world_size, step)
+            except Exception as exc:
+                _dist.report(event="error", step=step, error="".join(
+                    traceback.format_exception_only(type(exc), exc)).strip())
+                raise
+            after.append(vec.cpu().tolist())
+        _dist.report(event="steps", after=after)
+
+
+# ------------------------------------------------------------------ in the kernel
+def contributions(value: float, element: int, n: int) -> list[int] | None:
+    """The ranks summed in `value` at `element` (a rank twice if added twice), or None."""
+    q = value / (element + 1)
+    if q < 0 or abs(q - round(q)) > 1e-6:
+        return None
+    digits = [int(d) for d in reversed(str(int(round(q))))]
+    if len(digits) > n:
+        return None
+    return [r for r, d in enumerate(digits) for _ in range(d)]
+
+
+def _held(values: list[float], chunk: int, n: int) -> list[int] | None:
+    a, b = ring.chunk_bounds(len(values), n)[chunk]
+    got = [contributions(values[i], i, n) for i in range(a, b)]
+    return got[0] if got and all(g == got[0] for g in got) else None
+
+
+def _holder_first(ranks: list[int], holder: int) -> list[int]:
+    return sorted(ranks, key=lambda k: (k != holder, k))
+
+
+def judge(metrics: list[dict], n: int = NPROC, length: int = LENGTH) -> tuple[list[str], str]:
+    """(problems, summary): every rank's chunks after every step against the step model."""
+    errors = [m for m in metrics if m.get("event") == "error"]
+    if errors:
+        hang = any(re.search(r"timed? ?out", e["error"], re.I) for e in errors)
+        return [f"rank {e['rank']} failed in step {e['step']}: {e['error']}" for e in errors] + (
+            ["the ranks waited for each other until the timeout: if every rank sends before it "
+             "receives, post dist.isend and dist.irecv first, then wait on both"] if hang else []
+        ), ""
+    reports = sorted((m for m in metrics if m.get("event") == "steps"), key=lambda m: m["rank"])
+    if [m["rank"] for m in reports] != list(range(n)):
+        return [f"only rank(s) {[m['rank'] for m in reports]} of {n} finished"], ""
+    model = [s for s in ring.ring_steps(n, length) if s.phase == "reduce-scatter"]
+    for state in model:
+        wrong = []
+        for r in range(n):
+            values = reports[r]["after"][state.phase_step - 1]
+            for c in range(n):
+                got = _held(values, c, n)
+                if got is None or sorted(got) != sorted(state.held[r][c]):
+                    seen = ("values that are no sum of the ranks' chunks" if got is None else
+                            ring.label(c, _holder_first(got, r)) if got else "nothing")
+                    wrong.append(f"P{r}, chunk {c}: holds {seen}, the step model says "
+                                 f"{state.label(r, c)}")
+        if wrong:
+            unchanged = all(reports[r]["after"][state.phase_step - 1] ==
+                            rank_vector(r, length).tolist() for r in range(n))
+            head = (f"step {state.phase_step} changed nothing on any rank: fill in the TODOs"
+                    if unchanged and state.phase_step == 1 else
+                    f"after reduce-scatter step {state.phase_step} of {n - 1}:")
+            return [head, *wrong[:4]], ""
+    owners = ", ".join(f"P{r} {model[-1].label(r, ring.owner_after_reduce_scatter(r, n))}"
+                       for r in range(n))
+    return [], (f"all {n - 1} steps match the step model on {n} ranks; complete chunks: {owners}")
+
+
+def work_file():
+    """Where the notebook writes the student's script (`%%writefile {path}`): a user folder."""
+    from dltutor.core.env import cache_dir
+    folder = cache_dir() / "exercises"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / "reduce_scatter_step.py"
+
+
+def check(script=None, solution: bool = False, echo: bool = True, timeout: float = 180.0) -> bool:
+    """Launch `script` on 3 gloo ranks and print "passed: ..." or "not yet: ..." (never raises
+    for a wrong or crashing step; a hang ends at the ranks' 30 s timeout)."""
+    from dltutor.launch.results import LaunchError
+    from dltutor.launch.run import launch
+    if solution:
+        script = course.lab("05_allreduce/solutions/reduce_scatter_step.py")
+    script = script if script is not None else work_file()
+    if not Path(script).is_file():
+        print(f"not yet: there is no script at {script}: run the %%writefile cell first")
+        return False
+    env = {"CUDA_VISIBLE_DEVICES": "", "DLTUTOR_DIST_TIMEOUT": "30"}
+    try:   # 3 ranks may share fewer cores: tiny messages, so that is fine here
+        metrics = launch(script, nproc=NPROC, threads=1, timeout=timeout, echo=echo, env=env,
+                         oversubscribe=True).metrics
+    except LaunchError as exc:
+        metrics = exc.result.metrics if exc.result is not None else []
+        if not any(m.get("event") == "error" for m in metrics):
+            print(f"not yet: the script failed ({type(exc).__name__}); fix it and run this "
+                  f"cell again.\n{exc}")
+            return False
+    problems, summary = judge(metrics)
+    if not problems:
+        print(f"passed: {summary}.")
+        return True
+    print("not yet:", *(f"  - {p}" for p in problems), sep="\n")
+    return False

@@ -1,0 +1,141 @@
+"""What a large-batch sweep (`dltutor.ddp.batch_study.sweep`) shows: tables, sentences, a command.
+
+* `gap_rows(rows)`: per global batch, the test accuracy of each LR policy after the same epochs.
+* `scaling_rows(rows)`: steps to the target accuracy per batch beside perfect scaling
+  (steps x B_0 / B: doubling the batch halves the steps) and the efficiency ideal / measured.
+* `describe(rows)`: the sentences a notebook prints, built from the measured numbers only.
+* `python -m dltutor.ddp.batch_report [--fast]`: the sweep of notebook 02 at its full (or fast)
+  sizes, without Jupyter; it prints both tables and the sentences.
+"""
+from __future__ import annotations
+
+from dltutor.core import env
+from dltutor.ddp.batch_study import POLICIES, POLICY_TEXT
+
+# notebook 02's sizes for the study (its parameters cell holds the same values, full / fast)
+FULL = dict(train=16384, test=2000, epochs=4, batches=[32, 64, 128, 256, 512, 1024], base_lr=0.005,
+            warmup_epochs=1.0, world_size=2, max_epochs=12)
+FAST = dict(train=512, test=300, epochs=2, batches=[16, 64, 256], base_lr=0.005,
+            warmup_epochs=1.0, world_size=2, max_epochs=2)
+GOOD_EFFICIENCY = 0.8   # "still scales": doubling the batch saves at least 80% of the ideal steps
+
+
+def gap_rows(rows: list[dict]) -> list[dict]:
+    """One row per global batch: steps in the budget, the test accuracy and peak LR of each policy."""
+    out = []
+    for batch in sorted({r["global_batch"] for r in rows}):
+        row = {"global_batch": batch}
+        for r in (r for r in rows if r["global_batch"] == batch):
+            row.update({"steps": r["steps"], r["policy"]: r["test_acc"], f"lr {r['policy']}": r["peak_lr"]})
+        out.append(row)
+    return out
+
+
+def scaling_rows(rows: list[dict], policy: str = "scaled+warmup") -> list[dict]:
+    """Steps to the target for `policy` per batch, beside perfect scaling from the smallest batch
+    (steps x B_0 / B) and the efficiency ideal / measured (1.0 = doubling the batch halves the steps)."""
+    mine = sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["global_batch"])
+    b0, s0 = mine[0]["global_batch"], mine[0]["steps_to_target"]
+    out = []
+    for r in mine:
+        ideal = None if s0 is None else s0 * b0 / r["global_batch"]
+        got = r["steps_to_target"]
+        out.append({"global_batch": r["global_batch"], "steps_to_target": got,
+                    "perfect_scaling": ideal, "efficiency": None if not (got and ideal) else ideal / got,
+                    "epochs_to_target": r["epochs_to_target"], "steps_run": r["steps_run"],
+                    "target": r["target"]})
+    return out
+
+
+def _pts(a, b) -> str:
+    return f"{100 * (a - b):+.1f} points"
+
+
+def describe(rows: list[dict]) -> list[str]:
+    """Sentences that say what this sweep measured (numbers from `rows` only)."""
+    gap, sc = gap_rows(rows), scaling_rows(rows)
+    small, big = gap[0], gap[-1]
+    base = small[next(p for p in POLICIES if p in small)]
+    acc = {p: big.get(p) for p in POLICIES}
+    r0 = rows[0]
+    out = [] if not env.fast_mode() else [
+        f"FAST MODE: {r0['steps_per_epoch'] * r0['global_batch']} training images, "
+        f"{r0['steps'] // r0['steps_per_epoch']} epochs: every run is under-trained and one run's accuracy "
+        "moves by several points with the seed, so this run cannot tell a generalization gap from too "
+        "few steps. Read it for the mechanics; the full-mode reference below shows the effect."]
+    out += [f"Same epochs for every batch: the smallest batch ({small['global_batch']}, {small['steps']} "
+           f"steps) reached {base:.1%} test accuracy; the largest ({big['global_batch']}, only "
+           f"{big['steps']} steps) reached " + ", ".join(
+               f"{acc[p]:.1%} with {POLICY_TEXT[p]}" for p in POLICIES if acc[p] is not None) + "."]
+    best = max((p for p in POLICIES if acc[p] is not None), key=lambda p: acc[p])
+    out.append(f"Best large-batch policy here: {POLICY_TEXT[best]}, {_pts(acc[best], base)} against the "
+               f"smallest batch" + (" (no gap bigger than 1 point in this run)." if acc[best] >= base - 0.01
+                                    else " (fast mode: mostly too few steps, not yet a generalization gap)."
+                                    if env.fast_mode() else " (a generalization gap)."))
+    if acc.get("scaled") is not None and acc.get("scaled+warmup") is not None:
+        out.append(f"Warm-up at the largest batch: {_pts(acc['scaled+warmup'], acc['scaled'])} over the "
+                   f"linear rule alone (peak LR {big['lr scaled']:.3g}).")
+    keeps = [r["global_batch"] for r in sc[1:] if (r["efficiency"] or 0) >= GOOD_EFFICIENCY]
+    stops = [r for r in sc[1:] if (r["efficiency"] or 0) < GOOD_EFFICIENCY]
+    text = (f"Steps to {sc[0]['target']:.1%} ({POLICY_TEXT['scaled+warmup']}): {sc[0]['steps_to_target']} at "
+            f"B={sc[0]['global_batch']}; ")
+    if not stops:
+        text += "every doubling of the batch cut the steps nearly in half (perfect scaling held)."
+    else:
+        s = stops[0]
+        got = (f"needed {s['steps_to_target']} steps where perfect scaling predicts "
+               f"{s['perfect_scaling']:.0f}" if s["steps_to_target"] else
+               f"did not reach it in {s['steps_run']} steps (perfect scaling: {s['perfect_scaling']:.0f})")
+        text += (f"near-perfect scaling up to B={keeps[-1]}; " if keeps and keeps[-1] < s["global_batch"]
+                 else "") + f"from B={s['global_batch']} on, returns diminish: it {got}."
+    out.append(text)
+    pairs = list(zip(sc, sc[1:]))
+    up = next((b for a, b in pairs if a["steps_to_target"] and (  # more steps, or not reached in as many
+        (b["steps_to_target"] or 0) > a["steps_to_target"]
+        or (not b["steps_to_target"] and b["steps_run"] >= a["steps_to_target"]))), None)
+    if up:
+        out.append(f"At B={up['global_batch']} a bigger batch no longer saves steps at all: SGD stopped scaling.")
+    missed = [r["global_batch"] for r in sc if not r["steps_to_target"]]
+    if missed:
+        out.append(f"Not reached within the longest run allowed: B={', '.join(map(str, missed))}.")
+    return out
+
+
+def compare_with_lab(row: dict, lab: dict) -> list[dict]:
+    """Two rows: `row` (one process) and lab 02's rank-0 metrics `lab` of the same run on W ranks,
+    both at the end of the budget of epochs."""
+    def within(step):
+        return step if step is not None and step <= row["steps"] else None
+    one = {"run": "one process (the sweep)", "global_batch": row["global_batch"], "lr": row["peak_lr"],
+           "steps": row["steps"], "final_loss": row["loss_curve"][row["steps"] - 1],
+           "test_acc": row["test_acc"], "steps_to_target": within(row["steps_to_target"])}
+    ranks = {"run": f"lab 02 on {lab['world_size']} ranks ({lab['hardware']})",
+             "global_batch": lab["global_batch"], "lr": lab["lr"], "steps": lab["steps"],
+             "final_loss": lab["final_loss"], "test_acc": lab["test_acc"],
+             "steps_to_target": lab["steps_to_target"]}
+    return [one, ranks]
+
+
+def main(argv=None):
+    """Run the sweep at notebook 02's sizes and print the tables and sentences."""
+    from dltutor.core import flags
+    from dltutor.core.tables import format_table
+    from dltutor.ddp.batch_study import load_study_data, sweep
+    p = flags.parser(__doc__)
+    p.add_argument("--fast", action="store_true", help="notebook 02's fast-mode sizes")
+    a = flags.parse(p, argv)
+    size = FAST if a.fast else FULL
+    print(f"sizes: {size}")
+    data, label = load_study_data(size["train"], size["test"])
+    rows = sweep(data, size["batches"], base_lr=size["base_lr"], epochs=size["epochs"],
+                 warmup_epochs=size["warmup_epochs"], world_size=size["world_size"],
+                 max_epochs=size["max_epochs"], echo=lambda text: print(text, flush=True))
+    print(f"data: {label}")
+    print(format_table(gap_rows(rows), ["global_batch", "steps", *POLICIES], digits=3))
+    print(format_table(scaling_rows(rows), None, digits={"efficiency": 2, "epochs_to_target": 2}))
+    print("\n".join(describe(rows)))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

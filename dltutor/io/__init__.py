@@ -1,0 +1,12 @@
+"""Notebook 07 (the input pipeline): data formats on disk, loaders, sharding and staging, and when
+the device starves. Used by notebook 07 and lab `07_io`.
+
+  source.py    the real Fashion-MNIST idx files (never a synthetic stand-in)
+  formats.py   one subset written as small PNG files, tar shards, a numpy memmap, HDF5; a reader each
+  measure.py   read throughput, time-to-first-batch, page-cache drop and residency, staging copy
+  sharding.py  file-level shards per rank vs DistributedSampler, coverage and balance checks
+  starve.py    the training step fed by a pipeline: data wait vs compute, the exercise's check
+  bench.py     the notebook's and lab's measurements, one call each
+  runs.py      lab 07_io on N ranks from the kernel, rows from its reports
+  plots.py     formats, workers/prefetch, sharding, staging and timeline plots
+"""

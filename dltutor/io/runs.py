@@ -1,0 +1,28 @@
+"""Lab 07_io from the kernel: start it on N ranks (dltutor.launch.run.launch) and turn each rank's
+report into table rows."""
+from __future__ import annotations
+
+from dltutor.core.course import lab
+from dltutor.launch.run import launch
+
+LAB = "07_io/io_bench.py"
+
+
+def run_lab(nproc: int, root, samples: int, per_shard: int, fmts=("shards", "files"),
+            batch_size: int = 128, workers: int = 0, cache: str = "cold", timeout: float = 600,
+            echo: bool = False):
+    """Lab 07_io on `nproc` local ranks over the formats already written under `root`."""
+    args = ["--root", str(root), "--samples", str(samples), "--per-shard", str(per_shard),
+            "--formats", ",".join(fmts), "--batch-size", str(batch_size),
+            "--workers", str(workers), "--cache", cache]
+    return launch(lab(LAB), nproc=nproc, args=args, timeout=timeout, echo=echo)
+
+
+def rows(result) -> list[dict]:
+    """One row per (rank, format) from a LaunchResult of the lab."""
+    out = []
+    for m in result.metrics:
+        for r in m["reads"]:
+            out.append(dict(rank=m["rank"], mode=r["how"], **{k: v for k, v in r.items()
+                                                                if k != "how"}))
+    return out

@@ -1,0 +1,132 @@
+"""From the kernel: run lab 06's two scripts on N ranks and turn their reports into tables.
+
+The kernel never joins a process group; `launch` starts the ranks (see dltutor.launch.run).
+"""
+from __future__ import annotations
+
+from dltutor.core.course import lab
+from dltutor.core.device import plan_ranks
+from dltutor.core.env import cpu_cores
+from dltutor.launch.run import launch
+from dltutor.model_parallel.pipeline import bubble_formula
+
+TP_LAB, PP_LAB = "06_model_parallel/tp_mlp.py", "06_model_parallel/pipeline.py"
+
+
+def _flags(**kw) -> list[str]:
+    out = []
+    for k, v in kw.items():
+        if v is None:
+            continue
+        if v is True:
+            out.append(f"--{k.replace('_', '-')}")
+        else:
+            out += [f"--{k.replace('_', '-')}", ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)]
+    return out
+
+
+def rank_plan(wanted) -> tuple[list, dict, bool, str]:
+    """(rank counts, launch env, oversubscribe, note) for this node. GPU node (>= 2 GPUs): one
+    rank per GPU, counts above the GPU count left out. CPU node: every count runs, more ranks
+    than cores sharing them on purpose -- the checks are exact whatever shares a core, and the
+    pipeline's SLEEP stand-in needs no core; only the real-compute timings would suffer."""
+    plan = plan_ranks(wanted, need=2)
+    if plan.on_gpu:
+        return plan.ranks, plan.env, False, plan.note
+    wanted = [wanted] if isinstance(wanted, int) else list(wanted)
+    crowded = [n for n in wanted if n > cpu_cores()]
+    notes = ["NOTE: fewer than 2 GPUs here: the runs use the CPU with gloo (GPUs hidden)."
+             if plan.env else "",
+             f"NOTE: {crowded} rank(s) on {cpu_cores()} core(s) share them on purpose." if crowded else ""]
+    return wanted, plan.env, True, " ".join(x for x in notes if x)
+
+
+def run_tp(nproc: int = 2, env=None, oversubscribe: bool = False, echo: bool = False,
+           timeout: float = 900, **flags) -> dict:
+    """tp_mlp.py on `nproc` ranks; rank 0's report (every rank checks the same things).
+    `flags` are the lab's, e.g. tiny=True; `env`/`oversubscribe` as `rank_plan` gives them."""
+    result = launch(lab(TP_LAB), nproc=nproc, args=_flags(**flags), env=env, echo=echo,
+                    timeout=timeout, oversubscribe=oversubscribe)
+    return result.metrics[0]
+
+
+def run_pipeline(nproc: int = 2, env=None, oversubscribe: bool = False, echo: bool = False,
+                 timeout: float = 900, **flags) -> dict:
+    """pipeline.py on `nproc` stages: rank 0's timings with the last stage's loss checks."""
+    result = launch(lab(PP_LAB), nproc=nproc, args=_flags(**flags), env=env, echo=echo,
+                    timeout=timeout, oversubscribe=oversubscribe)
+    first, last = result.metrics[0], result.metrics[-1]
+    return {**first, "checks": last["checks"]}
+
+
+def tp_rows(report: dict) -> list[dict]:
+    """One row per block: the three checks and the bytes, counted beside the formula."""
+    n = report["world_size"]
+    return [{"ranks": n, "block": b["block"], "out err": b["out_err"], "grad err": b["grad_err"],
+             "DTensor err": max(b["dtensor_out_err"], b["dtensor_grad_err"]),
+             "ours vs DTensor": b["scratch_vs_dtensor_err"],
+             "all-reduces fwd/bwd": f"{b['allreduce_forward']}/{b['allreduce_backward']}",
+             "DTensor fwd/bwd": f"{b['dtensor_collectives']['forward']}/"
+                                f"{b['dtensor_collectives']['backward']}",
+             "bytes each": b["bytes_forward"], "formula bytes": b["formula_bytes"],
+             "params/rank": b["params_per_rank"], "params whole": b["params_full"],
+             "ms whole": b["ms_whole"], "ms split": b["ms_split"]} for b in report["blocks"]]
+
+
+def bubble_rows(report: dict) -> list[dict]:
+    return [{"stages": r["stages"], "schedule": r["schedule"], "m": r["m"],
+             "measured": r["bubble"], "formula": r["formula"],
+             "difference": r["bubble"] - r["formula"], "step ms": r["step_s"] * 1e3,
+             "max in flight": max(r["in_flight"])} for r in report["runs"]]
+
+
+def check_rows(report: dict) -> list[dict]:
+    return [{"stages": report["world_size"], **c} for c in report["checks"]]
+
+
+def measured_bytes(tp: dict, pp: dict) -> list[dict]:
+    """Bytes each form moved per step in this notebook's runs, side by side.
+
+    TP: the two all-reduces of each block (counted by the layers); PP: one activation forward and
+    one gradient back per micro-batch (fp32, mb_size x d_model); DP (not run here): the ring
+    all-reduce a replica of the same blocks would need for its gradients, 2(n-1)/n x params x 4 B.
+    """
+    n = tp["world_size"]
+    tp_bytes = sum(b["bytes_forward"] + b["bytes_backward"] for b in tp["blocks"])
+    params = sum(b["params_full"] for b in tp["blocks"])
+    m = max(r["m"] for r in pp["runs"])
+    act = pp["mb_size"] * pp["d_model"] * 4
+    return [
+        {"form": "tensor (TP)", "what moves": "activations, all-reduce", "when": "every block, fwd and bwd",
+         "bytes per step": tp_bytes, "source": f"counted, {n} ranks, tp_mlp.py"},
+        {"form": "pipeline (PP)", "what moves": "activations, point-to-point",
+         "when": "every micro-batch at each stage boundary", "bytes per step": 2 * m * act,
+         "source": f"m={m} x 2 x {pp['mb_size']}x{pp['d_model']} fp32 (pipeline.py shapes)"},
+        {"form": "data (DP)", "what moves": "gradients, all-reduce", "when": "once per step",
+         "bytes per step": 2 * (n - 1) / n * params * 4,
+         "source": f"ring formula on the {params:,} parameters of the TP blocks"},
+    ]
+
+
+def strategy_table(tp: dict, pp: dict, dp_scaling: str = "see notebook 02") -> list[dict]:
+    """Seed 003's strategy comparison, with the numbers this notebook measured."""
+    mlp = next(b for b in tp["blocks"] if b["block"] == "mlp")
+    gpipe = [r for r in pp["runs"] if r["schedule"] == "gpipe"] or pp["runs"]
+    best, worst = max(gpipe, key=lambda r: r["m"]), min(gpipe, key=lambda r: r["m"])
+    p = pp["world_size"]
+    return [
+        {"strategy": "data", "what is split": "input data (batch)",
+         "when to use": "model fits on one device, data is large",
+         "measured here": f"gradient all-reduce once per step; scaling: {dp_scaling}"},
+        {"strategy": "pipeline (model)", "what is split": "model layers (stages)",
+         "when to use": "model too big for one device",
+         "measured here": f"{worst['schedule']} bubble {worst['bubble']:.2f} at m={worst['m']} -> "
+                          f"{best['bubble']:.2f} at m={best['m']} (formula {bubble_formula(p, worst['m']):.2f} -> "
+                          f"{bubble_formula(p, best['m']):.2f}), p={p}"},
+        {"strategy": "tensor", "what is split": "matrices inside a layer",
+         "when to use": "even one layer too big (LLMs); inside a node",
+         "measured here": f"{mlp['params_per_rank']:,}/{mlp['params_full']:,} MLP params per rank, "
+                          f"1+1 all-reduce of {mlp['bytes_forward']:,} B per block; "
+                          f"fwd+bwd {mlp['ms_split']:.1f} ms split on {tp['world_size']} ranks vs "
+                          f"{mlp['ms_whole']:.1f} ms whole ({tp['hardware']})"},
+    ]

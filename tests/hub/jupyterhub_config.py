@@ -1,0 +1,53 @@
+"""A TACC-like portal for tests/test_hub.py: JupyterHub whose single-user servers are Slurm jobs.
+
+Everything machine-specific comes from the environment the test sets (HUB_*), so the file holds no
+paths or ports. The user logs in with a password (DummyAuthenticator: the test's stand-in for the
+centre's login); the hub submits the user's JupyterLab with sbatch (batchspawner's SlurmSpawner) and
+the server runs from the hub's own Python, not from the course environment.
+"""
+import os
+
+c = get_config()  # noqa: F821 (JupyterHub provides it)
+e = os.environ
+state = e["HUB_STATE"]
+
+c.JupyterHub.ip = c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.port = int(e["HUB_PORT"])
+c.JupyterHub.hub_port = int(e["HUB_API_PORT"])
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{e['HUB_PROXY_API_PORT']}"
+c.ConfigurableHTTPProxy.command = [e["HUB_PROXY"]]
+c.ConfigurableHTTPProxy.pid_file = f"{state}/proxy.pid"
+c.JupyterHub.db_url = f"sqlite:///{state}/hub.sqlite"
+c.JupyterHub.cookie_secret_file = f"{state}/cookie_secret"
+c.JupyterHub.pid_file = f"{state}/hub.pid"
+
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = e["HUB_PASSWORD"]
+c.Authenticator.allowed_users = {e["HUB_USER"]}
+c.JupyterHub.services = [{"name": "tester", "api_token": e["HUB_SERVICE_TOKEN"]}]
+c.JupyterHub.load_roles = [{"name": "tester", "services": ["tester"],
+                            "scopes": ["admin:users", "admin:servers", "tokens", "read:servers"]}]
+
+c.JupyterHub.spawner_class = "batchspawner.SlurmSpawner"
+c.SlurmSpawner.exec_prefix = ""   # the test user is the user running the tests: no sudo
+c.SlurmSpawner.batch_script = """#!/bin/bash
+#SBATCH --job-name=jupyterhub-{{username}}
+#SBATCH --output=""" + state + """/jupyter-job-%j.log
+#SBATCH --chdir=""" + state + """
+#SBATCH --export={{keepvars}}
+#SBATCH --ntasks=1
+#SBATCH --cpus-per-task={{nprocs}}
+{{cmd}}
+"""
+c.SlurmSpawner.req_nprocs = e.get("HUB_JOB_CPUS", "2")
+c.Spawner.cmd = [e["HUB_SINGLEUSER"]]
+c.Spawner.args = ["--allow-root"] if os.getuid() == 0 else []
+c.Spawner.notebook_dir = e["HUB_NOTEBOOK_DIR"]
+c.Spawner.default_url = "/lab"
+c.Spawner.start_timeout = c.Spawner.http_timeout = int(e.get("HUB_START_TIMEOUT", "180"))
+# What the portal's job sees: its Slurm, the user's Jupyter data dir (where `python -m dltutor kernel
+# install` put the course kernel), and the course's test settings.
+c.Spawner.environment = {k: e[k] for k in ("SLURM_CONF", "JUPYTER_DATA_DIR", "DLTUTOR_FAST",
+                                           "DLTUTOR_OFFLINE", "DLTUTOR_DATA", "HOME") if k in e}
+# batchspawner wraps the command in its `batchspawner-singleuser`, found on the job's PATH.
+c.Spawner.environment["PATH"] = os.path.dirname(e["HUB_SINGLEUSER"]) + os.pathsep + e["PATH"]

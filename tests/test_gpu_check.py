@@ -1,0 +1,118 @@
+"""`make gpu-check` (scripts/gpu_check.py, scripts/gpu_record.py): on this GPU-less machine it must
+say so and fail; its record writer and README link are checked with a made-up result list."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dltutor.core.course import course_root
+
+SCRIPTS = course_root().parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+import gpu_check  # noqa: E402
+import gpu_record  # noqa: E402
+from gpu_record import Result  # noqa: E402
+
+INFO = dict(host="gpu-node-7", date="2026-11-23T19:30+00:00", python="3.12.3",
+            python_path="/usr/bin/python3", torch="2.11.0+cu130", cuda="13.0", gpus=2,
+            gpu_names=["NVIDIA H100 80GB HBM3"] * 2, capability="9.0", nccl="2.27.7",
+            driver="580.65", torchvision=None, deepspeed=None, horovod="0.28.1", papermill=None,
+            nbclient="0.10.2", ipykernel="6.29.5")
+RESULTS = [
+    Result("02_ddp/train.py", "lab", "pass", 0.8, {"img_per_s": 5120.3, "hardware": "GPU/nccl"},
+           "2 rank(s), local"),
+    Result("04_deepspeed/train_bert_ds.py zero3", "lab", "not run: deepspeed missing"),
+    Result("05_allreduce/allreduce_bench.py", "lab", "fail", 0.2, {}, "rank 1 failed | NCCL"),
+    Result("04_deepspeed_out_of_core_bert", "notebook", "pass", 1.5, {}, "fast mode"),
+]
+
+
+def test_without_a_gpu_it_says_so_in_one_line_and_fails(capsys, tmp_path):
+    assert gpu_check.main(["--out", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "NO GPU visible" in out and "nothing was verified" in out
+    assert not list(tmp_path.iterdir())                                   # no record written
+
+
+def test_make_gpu_check_fails_too_and_a_python_without_torch_is_named():
+    make = subprocess.run(["make", "-s", "gpu-check", f"PY={sys.executable}"],
+                          cwd=course_root().parent, capture_output=True, text=True, timeout=120)
+    assert make.returncode != 0 and "NO GPU visible" in make.stdout
+    bare = subprocess.run([sys.executable, "-S", str(SCRIPTS / "gpu_check.py")],
+                          capture_output=True, text=True, timeout=60)   # -S: no site-packages
+    assert bare.returncode == 2 and "cannot import torch" in bare.stdout
+
+
+def test_the_record_holds_versions_results_and_numbers(tmp_path):
+    md, js = gpu_record.write_record(INFO, RESULTS, tmp_path)
+    assert md.name == "2026-11-23-gpu-node-7.md" and js.name == "2026-11-23-gpu-node-7.json"
+    text = md.read_text()
+    assert "1 pass" not in text and "2 pass, 1 fail, 1 not run" in text
+    assert "| deepspeed | not installed |" in text and "| horovod | 0.28.1 |" in text
+    assert "| driver | 580.65 |" in text and "2 x NVIDIA H100 80GB HBM3" in text
+    assert ("| lab `04_deepspeed/train_bert_ds.py zero3` | not run: deepspeed missing | 0.0 | - |"
+            in text)
+    assert "img_per_s=5120.3" in text and "rank 1 failed / NCCL" in text   # '|' kept out of cells
+    data = json.loads(js.read_text())
+    assert data["facts"]["torch"] == "2.11.0+cu130"
+    assert [r["status"] for r in data["results"]] == [r.status for r in RESULTS]
+
+
+def test_the_readme_line_points_at_the_record(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n\n**Last verified on a GPU:** not yet verified on a GPU.\n\nmore\n")
+    md, _ = gpu_record.write_record(INFO, RESULTS, tmp_path / "docs" / "verified")
+    assert gpu_record.update_readme(readme, md, INFO, RESULTS)
+    line = readme.read_text().splitlines()[2]
+    assert line == ("**Last verified on a GPU:** [2026-11-23, gpu-node-7, 2 x NVIDIA H100 80GB "
+                    "HBM3](docs/verified/2026-11-23-gpu-node-7.md): 2 pass, 1 fail, 1 not run.")
+    assert not gpu_record.update_readme(tmp_path / "docs" / "verified" / md.name, md, INFO, [])
+    real = (course_root().parent / "README.md").read_text()
+    assert gpu_record.README_MARK in real   # the line the script rewrites exists
+
+
+def test_a_missing_engine_is_not_run_never_pass(tmp_path):
+    job = gpu_check.Job("04_deepspeed/train_bert_ds.py zero1", SCRIPTS / "x.py", ["--tiny"], 2,
+                        needs=["deepspeed_not_installed_here"])
+    r = gpu_check.run_lab(job, timeout=10, log_root=tmp_path)
+    assert r.status == "not run: deepspeed_not_installed_here missing" and not r.numbers
+
+
+def test_every_lab_runs_on_all_gpus_with_its_engine_named():
+    jobs = {j.name: j for j in gpu_check.lab_jobs(4)}
+    assert jobs["01_cifar10/train.py"].nproc == 1
+    assert jobs["02_ddp/train.py"].nproc == 4 and jobs["02_ddp/train.py"].backend == "local"
+    hvd = jobs["03_horovod/pytorch_synthetic_benchmark.py"]
+    assert hvd.backend == "horovod" and "horovod" in hvd.needs
+    stages = [n for n in jobs if n.startswith("04_deepspeed/train_bert_ds.py")]
+    assert len(stages) == 4 and all("deepspeed" in jobs[n].needs for n in stages)
+    assert "deepspeed" not in jobs["04_deepspeed/train_bert.py"].needs
+    assert all("--tiny" in j.args for j in jobs.values())
+
+
+@pytest.mark.parametrize("metrics, want", [
+    ([{"img_sec_per_worker": 100.0}, {"img_sec_per_worker": 98.0}], {"img_per_s": 198.0}),
+    ([{"global_img_per_s": 512.04, "data": "SYNTHETIC"}], {"img_per_s": 512.0, "data": "SYNTHETIC"}),
+    ([{"results": [{"busbw_GBps": 1.5}, {"busbw_GBps": 80.25}]}], {"busbw_GBps_max": 80.25}),
+    ([{"stage": 3, "model_state_bytes": {"total": 3 * 2**20}, "max_memory_allocated": 2**21,
+       "samples_per_s": 41.0}],
+     {"stage": 3, "model_states_MiB": 3.0, "gpu_peak_MiB": 2.0, "samples_per_s": 41.0}),
+])
+def test_key_numbers(metrics, want):
+    assert gpu_check.key_numbers(metrics) == want
+
+
+def test_a_notebook_whose_engine_is_missing_is_not_run(monkeypatch, tmp_path):
+    import os
+    for var in ("DLTUTOR_FAST", "PYTHONPATH"):          # run_notebooks sets them: restore after
+        monkeypatch.setenv(var, os.environ.get(var, ""))
+    ran = []
+    monkeypatch.setattr(gpu_check, "notebook_runner",
+                        lambda kernel: (lambda path, out, timeout: ran.append(path.name), "", "k"))
+    monkeypatch.setattr(gpu_check, "missing", lambda needs: [m for m in needs if m == "deepspeed"])
+    results = {r.name: r.status for r in gpu_check.run_notebooks(None, 10, tmp_path)}
+    assert results["04_deepspeed_out_of_core_bert"] == "not run: deepspeed missing"
+    assert results["02_ddp_multi_gpu"] == "pass" and "04_deepspeed_out_of_core_bert.ipynb" not in ran

@@ -1,0 +1,200 @@
+"""What changes on a GPU node, exercised on the CPU: precision from the compute capability (BERT
+labs, DeepSpeed config), the GPU memory cap of notebook 04, rank counts from the GPUs, Horovod's
+launch flags and the doctor's Horovod row. GPUs are pretended (dltutor.core.gpu_dryrun) or the
+CUDA calls are mocked; what only a GPU can show is `make gpu-check`'s job."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+from unittest import mock
+
+import nbformat
+import pytest
+import torch
+
+from dltutor.core import device
+from dltutor.core.course import course_root, lab
+from dltutor.core.gpu_dryrun import nccl_dry_run
+from dltutor.zero import bert_lab, budget
+
+
+# ---------------------------------------------------------------- precision (item 1)
+@pytest.mark.parametrize("cap, want", [(None, "fp32"), ((7, 0), "fp16"), ((7, 5), "fp16"),
+                                       ((8, 0), "bf16"), ((9, 0), "bf16")])
+def test_precision_is_a_function_of_the_compute_capability(cap, want):
+    assert device.gpu_precision(cap) == want
+
+
+def _args(dtype="auto"):
+    p = bert_lab.parser("t", deepspeed=False)
+    return bert_lab.parse(p, ["--tiny", "--dtype", dtype])
+
+
+@pytest.mark.parametrize("cap, want", [((7, 0), "fp16"), ((8, 0), "bf16")])
+def test_bert_labs_choose_mixed_precision_from_the_gpu_and_deepspeed_follows(cap, want):
+    cfg_path = lab("04_deepspeed/configs/zero3.json")
+    with nccl_dry_run(world_size=2, rank=0, capability=cap, fake=False):
+        dev = device.device()
+        args = _args()
+        assert bert_lab.resolve_dtype(args) == want
+        amp, scaler = bert_lab.mixed_precision(_args(), dev)
+        cfg = bert_lab.load_ds_config(cfg_path, _args())
+    assert amp is not None and scaler.is_enabled() == (want == "fp16")  # loss scaling: fp16 only
+    assert cfg["fp16"]["enabled"] == (want == "fp16") and cfg["bf16"]["enabled"] == (want == "bf16")
+
+
+def test_on_the_cpu_the_bert_labs_stay_fp32():
+    args = _args()
+    assert bert_lab.resolve_dtype(args) == "fp32"
+    amp, scaler = bert_lab.mixed_precision(_args(), torch.device("cpu"))
+    assert amp is None and not scaler.is_enabled()
+    cfg = bert_lab.load_ds_config(lab("04_deepspeed/configs/zero0.json"), _args())
+    assert not cfg["fp16"]["enabled"] and not cfg["bf16"]["enabled"]
+
+
+def test_plain_bert_fp16_keeps_fp32_masters_and_checkpoints_the_scaler(tmp_path, capsys):
+    """The real lab, one process, --dtype fp16 (CPU autocast): the GPU code path of a V100."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("train_bert", lab("04_deepspeed/train_bert.py"))
+    train_bert = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_bert)
+    train_bert.main(["--tiny", "--dtype", "fp16", "--num_iterations", "2",
+                     "--checkpoint_dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    metrics = json.loads(out.split("DLTUTOR_METRICS", 1)[1].strip().splitlines()[0])
+    assert metrics["dtype"] == "fp16" and metrics["loss_scale"] > 0
+    ck = torch.load(tmp_path / "plain.pt", weights_only=False)
+    assert ck["scaler"]["scale"] == metrics["loss_scale"] and "_growth_tracker" in ck["scaler"]
+    assert all(t.dtype == torch.float32 for t in ck["model"].values() if t.is_floating_point())
+    assert metrics["predicted"]["model_states"] == 16 * metrics["params"]   # 2+2+12 bytes/param
+
+
+# ---------------------------------------------------------------- the memory cap (item 2)
+def _cuda_mocks(reserved=100 * 2**20, total=1000 * 2**20):
+    props = SimpleNamespace(total_memory=total)
+    return {"synchronize": mock.Mock(), "empty_cache": mock.Mock(),
+            "memory_reserved": mock.Mock(return_value=reserved),
+            "get_device_properties": mock.Mock(return_value=props),
+            "set_per_process_memory_fraction": mock.Mock()}
+
+
+def test_on_a_gpu_the_budget_caps_the_device_not_the_host():
+    mocks, dev = _cuda_mocks(), torch.device("cuda", 0)
+    with mock.patch.multiple(torch.cuda, **mocks), mock.patch.object(budget.resource,
+                                                                     "setrlimit") as rlimit:
+        limit = budget.apply_budget(320, warm=False, dev=dev)
+    mocks["set_per_process_memory_fraction"].assert_called_once()
+    fraction, on = mocks["set_per_process_memory_fraction"].call_args.args
+    assert on == dev and fraction == pytest.approx((100 + 320) / 1000)
+    assert limit == pytest.approx(420 * 2**20, rel=1e-9) and not rlimit.called
+    assert "set_per_process_memory_fraction" in budget.cap_kind(dev)
+
+
+def test_on_the_cpu_the_budget_is_rlimit_data_and_too_big_a_gpu_budget_is_refused():
+    mocks = _cuda_mocks()
+    with mock.patch.multiple(torch.cuda, **mocks), mock.patch.object(budget.resource,
+                                                                     "setrlimit") as rlimit:
+        budget.apply_budget(64, warm=False, dev=torch.device("cpu"))
+        with pytest.raises(ValueError, match="smaller budget"):
+            budget.apply_budget(2000, warm=False, dev=torch.device("cuda", 0))
+    assert rlimit.call_args.args[0] == budget.resource.RLIMIT_DATA
+    assert not mocks["set_per_process_memory_fraction"].called
+    assert "RLIMIT_DATA" in budget.cap_kind("cpu")
+
+
+# ---------------------------------------------------------------- rank counts (item 4)
+@pytest.mark.parametrize("gpus, ranks, on_gpu", [(4, [1, 2, 4], True), (2, [1, 2], True),
+                                                 (1, [1, 2], False), (0, [1, 2], False)])
+def test_rank_counts_come_from_the_gpus(gpus, ranks, on_gpu):
+    with mock.patch.object(device, "gpu_count", return_value=gpus):
+        plan = device.plan_ranks((1, 2, 4), need=2, cores=2)
+        assert device.default_nproc() == (gpus or 2)
+    assert (plan.ranks, plan.on_gpu) == (ranks, on_gpu)
+    assert plan.env == (device.CPU_ONLY_ENV if gpus == 1 else {})   # 1 GPU: 2 ranks on the CPU
+    assert ("left out" in plan.note) == (gpus == 2) and ("CPU with gloo" in plan.note) == (gpus == 1)
+
+
+def test_capacity_check_refuses_two_ranks_on_one_gpu_unless_they_run_on_the_cpu():
+    from dltutor.launch import processes
+    with mock.patch.object(device, "gpu_count", return_value=1), \
+            mock.patch.object(processes._env, "cpu_cores", return_value=2):
+        with pytest.raises(ValueError, match="GPU of its own"):
+            processes.check_capacity(2)
+        processes.check_capacity(2, env=device.CPU_ONLY_ENV)
+
+
+def _parameters(name):
+    nb = nbformat.read(course_root() / "notebooks" / name, as_version=4)
+    return next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4])
+@pytest.mark.parametrize("name, var", [("02_ddp_multi_gpu.ipynb", "RANKS"),
+                                       ("03_horovod_synthetic_resnet50.ipynb", "WORKERS"),
+                                       ("05_ring_allreduce_visualizer.ipynb", "RANKS")])
+def test_notebooks_never_put_two_ranks_on_one_gpu(name, var, gpus, monkeypatch):
+    from dltutor.core import env
+    monkeypatch.setenv("DLTUTOR_FAST", "0")
+    with mock.patch.object(device, "gpu_count", return_value=gpus), \
+            mock.patch.object(env, "cpu_cores", return_value=2):
+        ns = {}
+        exec(_parameters(name), ns)
+    plan = ns["PLAN"]
+    assert ns[var] == plan.ranks and 2 in plan.ranks
+    if plan.on_gpu:
+        assert max(plan.ranks) <= gpus and plan.env == {}
+    else:
+        assert gpus == 1 and plan.env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+# ---------------------------------------------------------------- Horovod (item 3)
+@pytest.mark.parametrize("on_gpu, built, flags", [
+    (False, {"nccl": 1, "mpi": 1}, ["--gloo"]), (True, {"nccl": 1, "mpi": 0}, []),
+    (True, {"nccl": 0, "mpi": 1}, []), (True, {"nccl": 0, "mpi": 0, "gloo": 1}, ["--gloo"])])
+def test_horovodrun_gets_gloo_only_where_it_must(on_gpu, built, flags):
+    from dltutor.launch.backends import horovod_controller_flags
+    assert horovod_controller_flags(on_gpu, built) == flags
+
+
+@pytest.mark.parametrize("gpus, args, gloo", [(0, [], True), (2, [], False),
+                                              (2, ["--no-cuda"], True)])
+def test_horovod_command_on_cpu_and_gpu_nodes(gpus, args, gloo, tmp_path):
+    from dltutor.launch import backends
+    with mock.patch.object(device, "gpu_count", return_value=gpus), \
+            mock.patch.object(backends, "horovod_built", return_value={"nccl": 1, "gloo": 1}):
+        cmd, _ = backends.HorovodBackend().command("x.py", 2, args, port=None, log_dir=tmp_path)
+    assert ("--gloo" in cmd) == gloo
+
+
+def test_doctor_says_rebuild_with_nccl_on_a_gpu_node():
+    from dltutor.doctor import OK, PROBLEM, horovod_build_row
+    cpu_build = {"nccl": 0, "mpi": False, "gloo": True}
+    row = horovod_build_row(cpu_build, gpus=2, python="/x/bin/python")
+    assert row.status == PROBLEM and row.fix.startswith(
+        "GPU present, Horovod without NCCL: rebuild with DLTUTOR_HOROVOD_NCCL=1 "
+        "DLTUTOR_HOROVOD_REBUILD=1 bash scripts/build_horovod.sh /x/bin/python")
+    assert horovod_build_row(cpu_build, gpus=0).status == OK
+    assert horovod_build_row({**cpu_build, "nccl": 2}, gpus=4).status == OK
+    assert "nccl=no, mpi=no, gloo=yes" in horovod_build_row(cpu_build, gpus=0).value
+
+
+def test_build_script_nccl_switch_is_checked_before_any_build(tmp_path):
+    script = course_root().parent / "scripts" / "build_horovod.sh"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DLTUTOR_CACHE": str(tmp_path)}
+    bad = subprocess.run(["bash", str(script), sys.executable], capture_output=True, text=True,
+                         timeout=120, env={**env, "DLTUTOR_HOROVOD_NCCL": "maybe"})
+    assert bad.returncode != 0 and "must be 1, 0 or auto" in bad.stderr
+    nccl = subprocess.run(["bash", str(script), sys.executable], capture_output=True, text=True,
+                          timeout=120, env={**env, "DLTUTOR_HOROVOD_NCCL": "1"})
+    assert nccl.returncode != 0 and "DLTUTOR_HOROVOD_NCCL=1 (NCCL build) needs nvcc" in nccl.stderr
+
+
+# ---------------------------------------------------------------- timed GPU loops (item 6)
+def test_timed_gpu_iterations_synchronize_before_each_clock_read():
+    from dltutor.horovod.benchmark import time_iterations
+    with nccl_dry_run(world_size=1, rank=0) as run:
+        time_iterations(lambda: None, num_iters=3, num_batches_per_iter=2, batch_size=4,
+                        device=torch.device("cuda", 0))
+    assert run.names().count("synchronize") == 6          # before and after each iteration
