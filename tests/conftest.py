@@ -17,6 +17,11 @@ os.environ.setdefault("PYTHONUNBUFFERED", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# DeepSpeed's CPU all-reduce buffers of a killed earlier run would hang this session's DeepSpeed runs.
+from dltutor.core.engines import clear_stale_deepspeed_shm  # noqa: E402
+
+clear_stale_deepspeed_shm()
+
 
 @pytest.fixture
 def repo_root() -> Path:

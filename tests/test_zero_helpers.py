@@ -114,3 +114,18 @@ def test_exercise_check_accepts_the_smallest_d_and_names_the_mistake(capsys):
         memory.check_fitting_d({16: 10}, p, z=3, **act)        # model states only: M_a forgotten
     with pytest.raises(AssertionError, match="so does d=14"):
         memory.check_fitting_d({16: 15}, p, z=3, **act)
+
+
+def test_stale_deepspeed_shm_is_cleared_and_live_buffers_kept(tmp_path):
+    import mmap
+    from dltutor.core.engines import SHM_PREFIX, clear_stale_deepspeed_shm
+    stale, live, other = (tmp_path / f"{SHM_PREFIX}0_127.0.0.1_29500_{r}" for r in (0, 1)), None, None
+    stale = list(stale)
+    for f in stale:
+        f.write_bytes(b"\0" * 4096)
+    live = stale.pop()                      # this process maps it: a running job's buffer
+    other = tmp_path / "not_deepspeed"
+    other.write_bytes(b"x")
+    with open(live, "r+b") as fh, mmap.mmap(fh.fileno(), 4096):
+        assert clear_stale_deepspeed_shm(str(tmp_path)) == [stale[0].name]
+        assert live.exists() and other.exists() and not stale[0].exists()

@@ -42,6 +42,39 @@ def engine_env(nthreads: int | None = None) -> dict[str, str]:
     return env
 
 
+SHM_PREFIX = "deepspeed_allreduce_buffer_"
+
+
+def clear_stale_deepspeed_shm(shm_dir: str = "/dev/shm") -> list[str]:
+    """Remove DeepSpeed's CPU all-reduce segments that no live process maps; return their names.
+
+    DeepSpeed's CPU accelerator names them after uid, MASTER_ADDR and MASTER_PORT only, and unlinks
+    them at exit. A killed run (a timeout, a restarted kernel) leaves them behind, and the next run
+    with the same names opens the dead run's buffers and waits forever on their flags. Call it
+    before starting ranks, never from inside a rank (a peer's fresh segment may not be mapped yet).
+    """
+    try:
+        names = [n for n in os.listdir(shm_dir) if n.startswith(SHM_PREFIX)]
+    except OSError:
+        return []
+    if not names:
+        return []
+    mapped = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as fh:
+                mapped |= {n for n in names if n in fh.read()}
+        except OSError:
+            continue
+    stale = [n for n in names if n not in mapped]
+    for name in stale:
+        try:
+            os.unlink(os.path.join(shm_dir, name))
+        except OSError:
+            pass
+    return stale
+
+
 def _dist_version(name: str) -> str | None:
     from importlib import metadata
     try:

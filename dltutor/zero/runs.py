@@ -17,7 +17,7 @@ from pathlib import Path
 from dltutor.core import course
 from dltutor.core.units import MiB
 from dltutor.zero import bert_lab
-from dltutor.core.engines import engine_env
+from dltutor.core.engines import clear_stale_deepspeed_shm, engine_env
 from dltutor.launch.results import LaunchError
 from dltutor.launch.run import launch
 from dltutor.zero.budget import is_out_of_memory
@@ -64,6 +64,15 @@ def _args(config: str, sizes: dict, budget_mb=None, nvme_dir=None) -> list[str]:
     return args
 
 
+def _ds_env(env=None) -> dict:
+    """The DeepSpeed ranks' variables, after clearing shared memory that a killed run left behind."""
+    stale = clear_stale_deepspeed_shm()
+    if stale:
+        print(f"removed {len(stale)} DeepSpeed shared-memory buffer(s) left by a killed run: "
+              f"{', '.join(stale)}")
+    return {**engine_env(), **(env or {})}
+
+
 def run_config(config: str, nproc: int, sizes: dict, budget_mb=None, nvme_dir=None,
                timeout: float = 900, log_dir=None, env=None):
     """Launch train_bert_ds.py (or train_bert.py for 'plain') once; (row of rank 0, result).
@@ -71,7 +80,7 @@ def run_config(config: str, nproc: int, sizes: dict, budget_mb=None, nvme_dir=No
     `env` adds variables for the ranks (e.g. dltutor.core.device.RankPlan.env: the CPU)."""
     script = course.lab("04_deepspeed/" + ("train_bert.py" if config == "plain" else "train_bert_ds.py"))
     res = launch(str(script), nproc=nproc, args=_args(config, sizes, budget_mb, nvme_dir),
-                 env={**engine_env(), **(env or {})}, echo=False, timeout=timeout, log_dir=log_dir)
+                 env=_ds_env(env), echo=False, timeout=timeout, log_dir=log_dir)
     return row_of(res.metrics[0], config, nproc), res
 
 
@@ -86,7 +95,7 @@ def sweep(configs, nproc: int, sizes: dict, timeout: float = 900, log_dir=None, 
     """All `configs` in ONE launch of sweep_zero.py (no budget); (rows in order, result)."""
     args = ["--configs", ",".join(configs)] + size_flags(sizes)
     res = launch(str(course.lab("04_deepspeed/sweep_zero.py")), nproc=nproc, args=args,
-                 env={**engine_env(), **(env or {})},
+                 env=_ds_env(env),
                  echo=False, timeout=timeout, log_dir=log_dir)
     by = {m["config"]: m for m in res.metrics if m.get("rank", 0) == 0}
     return [row_of(by[c], c, nproc) for c in configs if c in by], res
