@@ -6,24 +6,16 @@ Stage 0 goes through the lab's own code (sweep_zero.py's `plan` and train_bert_d
 FSDP2 through dltutor.zero.fsdp.run, the code of train_bert_fsdp.py. Each rank reports one
 DLTUTOR_METRICS line per engine (`config=zero0` / `config=fsdp2`).
 """
-import importlib.util
 import os
 import sys
-from pathlib import Path
 
 from dltutor.core import dist
 from dltutor.core.device import backend
 from dltutor.core.engines import engine_env
 from dltutor.zero import fsdp
 
-SWEEP = Path(__file__).resolve().parents[1] / "course" / "labs" / "04_deepspeed" / "sweep_zero.py"
+from deepspeed_zero_worker import sweep_module  # tests/ is this script's folder
 
-
-def sweep_module():
-    spec = importlib.util.spec_from_file_location("sweep_zero", SWEEP)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def main():

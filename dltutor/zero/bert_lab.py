@@ -175,6 +175,15 @@ def oom_line(phase: str, exc: BaseException) -> str:
     return f"OUT OF MEMORY during {phase}: {type(exc).__name__}: {first[:300]}"
 
 
+def report_oom(phase: str, exc: BaseException) -> None:
+    """Print the OUT OF MEMORY line (rank-prefixed) when `exc` is an allocator failure; the BERT
+    labs call it in their `except` before re-raising, so the notebook can say where memory ran out."""
+    from dltutor.core import dist
+    from dltutor.zero.budget import is_out_of_memory
+    if is_out_of_memory(exc):
+        dist.rank_print(oom_line(phase, exc))
+
+
 _DS_LOG = re.compile(r"(RunningAvgSamplesPerSec|CurrSamplesPerSec|MemAllocated|MaxMemAllocated"
                      r"|loss_scale|skipped|lr)=\s*\[?([-\d.e+]+)")
 _STEP = re.compile(r"(?:global_step|(?<![_/\w])step)=(\d+)")

@@ -22,7 +22,7 @@ import time
 
 from dltutor.core.device import amp_dtype, synchronize
 from dltutor.core.units import MiB
-from dltutor.zero import bert_lab, budget, memory
+from dltutor.zero import bert_lab, memory
 from dltutor.zero.bert import build_bert
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -150,9 +150,7 @@ def run(args, ctx):
         synchronize(ctx.device)
         elapsed = time.perf_counter() - t0 if t0 else float("nan")
     except (RuntimeError, MemoryError) as exc:
-        if budget.is_out_of_memory(exc):
-            from dltutor.core import dist
-            dist.rank_print(bert_lab.oom_line(phase, exc))
+        bert_lab.report_oom(phase, exc)
         raise
     timed = args.num_iterations - 1
     out = dict(lab="train_bert_fsdp", engine="fsdp2", stage=3, offload="none", dtype=dtype_name,

@@ -67,8 +67,7 @@ def main(argv=None):
         synchronize(ctx.device)
         elapsed = time.perf_counter() - t0 if t0 else float("nan")
     except (RuntimeError, MemoryError) as exc:
-        if budget.is_out_of_memory(exc):
-            dist.rank_print(bert_lab.oom_line(phase, exc))
+        bert_lab.report_oom(phase, exc)
         raise
     est = memory.estimate_zero_memory(n_params, k_l=torch.finfo(dtype).bits // 8, k_h=4,
                                       d=ctx.world_size, z=0)
