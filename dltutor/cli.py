@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--from", dest="src", type=flags.existing_path, help="a directory holding cifar-10-batches-py or "
                       "cifar-10-python.tar.gz (e.g. a shared copy on the cluster), or the four "
                       "Fashion-MNIST idx files (the stand-in used without CIFAR-10)")
-    data.add_argument("--dest", default=None, help="data dir (default: $DLTUTOR_DATA or ~/.cache/dltutor/data)")
+    data.add_argument("--dest", default=None, help="data dir (default: $DLTUTOR_DATA or <cache>/data)")
     data.set_defaults(func=_data)
 
     k = sub.add_parser("kernel", help="register (or remove) this python as the course's kernel")

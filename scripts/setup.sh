@@ -6,14 +6,19 @@
 #
 # Idempotent: a second run checks stamps and reuses the cached Horovod wheel and compiled ops under
 # ${DLTUTOR_CACHE:-~/.cache/dltutor}. Set PYTHON to choose the interpreter (default python3.11/python3).
+# On a portal, keep both off $HOME (quotas):  VENV=$SCRATCH/envs/dltutor-venv DLTUTOR_CACHE=$SCRATCH/dltutor-cache
+# The venv records its cache (etc/dltutor/cache), so its kernel and labs find it without the export.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 VENV=${VENV:-$ROOT/.venv}
-CACHE=${DLTUTOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dltutor}
-export DLTUTOR_CACHE=$CACHE
+# the cache: DLTUTOR_CACHE, else the one this venv was set up with, else ~/.cache/dltutor
+recorded=$VENV/etc/dltutor/cache
+CACHE=${DLTUTOR_CACHE:-$(cat "$recorded" 2>/dev/null || echo "${XDG_CACHE_HOME:-$HOME/.cache}/dltutor")}
 mkdir -p "$CACHE"
+CACHE=$(cd "$CACHE" && pwd)
+export DLTUTOR_CACHE=$CACHE
 WITH_TEST=0
 [ "${1:-}" = "--test" ] && WITH_TEST=1
 start=$(date +%s)
@@ -52,6 +57,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 VPY=$VENV/bin/python
+# the environment remembers its cache: its kernel, labs and ranks use it without DLTUTOR_CACHE set
+mkdir -p "$(dirname "$recorded")" && echo "$CACHE" > "$recorded"
 stamp=$VENV/.dltutor-pip-stamp
 want=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then

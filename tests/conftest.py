@@ -64,3 +64,23 @@ def slurm_cluster():
     if started:
         r = _cluster("stop")
         assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------- notebook times (fast mode)
+NOTEBOOK_BUDGET_S = 90      # each notebook in fast mode on 2 CPU cores (reported, never asserted)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per notebook run by nbval: the sum of its cells' times, against the budget."""
+    per_notebook = {}
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            nodeid = getattr(rep, "nodeid", "")
+            if ".ipynb::" in nodeid and getattr(rep, "when", "") == "call":
+                name = nodeid.split("::")[0].rsplit("/", 1)[-1]
+                per_notebook[name] = per_notebook.get(name, 0.0) + rep.duration
+    if per_notebook:
+        terminalreporter.section("notebook times, fast mode (sum of cells)")
+        for name, secs in sorted(per_notebook.items()):
+            flag = f"  OVER the {NOTEBOOK_BUDGET_S} s budget" if secs > NOTEBOOK_BUDGET_S else ""
+            terminalreporter.write_line(f"{secs:6.1f} s  {name}{flag}")

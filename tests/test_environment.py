@@ -55,15 +55,17 @@ def _constraints() -> dict[str, str]:
 
 
 def test_environment_yml_installs_the_pinned_course():
+    """conda-forge gives only what it surely has (Python and the build toolchain); every Python
+    package, torch included, comes through pip with the tested pins, as on the pip route."""
     conda, pip = _conda_file()
-    assert set(conda) - CONDA_TOOLCHAIN <= {"torch", "torchvision"}, (
-        f"environment.yml takes {sorted(set(conda) - CONDA_TOOLCHAIN)} from conda-forge; "
-        "only python, the CUDA-aware pytorch/torchvision and the toolchain come from conda")
-    project = _pyproject_packages()
-    for name in ("torch", "torchvision"):
-        assert conda[name] == project[name], f"{name}: pyproject {project[name]}, conda {conda[name]}"
+    assert set(conda) == CONDA_TOOLCHAIN, (
+        f"environment.yml takes {sorted(set(conda) - CONDA_TOOLCHAIN)} from conda-forge; only "
+        "python and the build toolchain come from conda (conda-forge lags the pinned torch)")
+    assert conda["python"] == "==3.11"
     assert pip == ["-c constraints.txt", "-e ."], pip
-    assert "horovod" not in conda, "conda-forge's horovod 0.28.1 pins pytorch 2.12.*: unsolvable"
+    pins, project = _constraints(), _pyproject_packages()
+    for name in ("torch", "torchvision"):
+        assert project[name] == "==" + pins[name], f"{name}: pyproject {project[name]}, pinned {pins[name]}"
     text = (ROOT / "environment.yml").read_text()
     assert 'bash scripts/build_horovod.sh "$CONDA_PREFIX/bin/python"' in text
 

@@ -30,8 +30,8 @@ pytestmark = pytest.mark.slow
 
 
 def _hub_install() -> Path:
-    cache = Path(os.environ.get("DLTUTOR_CACHE") or Path.home() / ".cache" / "dltutor")
-    hub = cache / "hub"
+    from dltutor.core.env import cache_dir
+    hub = cache_dir() / "hub"   # where scripts/setup.sh --test built it (DLTUTOR_CACHE or recorded)
     if not (hub / ".stamp").is_file():
         pytest.fail(f"no test hub in {hub}: run `bash scripts/setup.sh --test`", pytrace=False)
     return hub

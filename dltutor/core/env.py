@@ -24,11 +24,21 @@ def pick(full, fast):
     return fast if fast_mode() else full
 
 
+def recorded_cache() -> Path:
+    """The file in this Python environment where the set-up records its cache (`DLTUTOR_CACHE`)."""
+    import sys
+    return Path(sys.prefix) / "etc" / "dltutor" / "cache"
+
+
 def cache_dir() -> Path:
-    """Where built wheels, compiled ops and downloads are kept (outside the repo)."""
-    root = os.environ.get(CACHE_ENV) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dltutor")
-    return Path(root)
+    """Where built wheels, compiled ops and downloads are kept (outside the repo): `DLTUTOR_CACHE`,
+    else the cache the set-up of this environment used (a venv on scratch keeps its cache there
+    too, whatever the shell that runs it exports), else `~/.cache/dltutor`."""
+    root = os.environ.get(CACHE_ENV)
+    if not root and recorded_cache().is_file():
+        root = recorded_cache().read_text().strip()
+    return Path(root or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dltutor"))
 
 
 def runs_dir() -> Path:
