@@ -24,7 +24,9 @@ set -euo pipefail
 HVD_VERSION=0.28.1
 PY=${1:?usage: build_horovod.sh PYTHON   (e.g. .venv/bin/python)}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-CACHE=${DLTUTOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dltutor}
+# the cache of that Python's course install (DLTUTOR_CACHE, or the one its set-up recorded)
+CACHE=${DLTUTOR_CACHE:-$("$PY" -c "from dltutor.core.env import cache_dir; print(cache_dir())" 2>/dev/null \
+  || echo "${XDG_CACHE_HOME:-$HOME/.cache}/dltutor")}
 WHEELS=$CACHE/wheels
 say() { printf '[build_horovod] %s\n' "$*"; }
 die() { printf '[build_horovod] ERROR: %s\n' "$*" >&2; exit 1; }
