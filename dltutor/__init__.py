@@ -26,9 +26,12 @@ __version__ = "0.1.0"
 
 # DeepSpeed's ops (cpu_adam, aio) are compiled once by the set-up into the course cache; every
 # process that imports dltutor (kernel, labs, the ranks they launch) looks for them there.
+# They are built with ninja: always this environment's own (see core.env.path_with_env_bin).
 from dltutor.core.env import extensions_dir as _extensions_dir  # noqa: E402 (light: os, pathlib)
+from dltutor.core.env import path_with_env_bin as _path_with_env_bin  # noqa: E402
 
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(_extensions_dir()))
+os.environ["PATH"] = _path_with_env_bin(os.environ.get("PATH", ""))
 
 
 def __getattr__(name):

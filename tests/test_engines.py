@@ -127,3 +127,40 @@ def test_deepspeed_zero2_two_ranks_cpu_adam():
     assert rows[0]["checksum"] == rows[1]["checksum"]
     # the ranks trained on different data, so identical parameters come from the ZeRO exchange
     assert rows[0]["losses"][0] != rows[1]["losses"][0]
+
+
+LOAD_OP = """
+import sys, shutil, dltutor
+sys.path.insert(0, {scripts!r})
+import warm_deepspeed as w
+w.setup_env()
+ok, secs, msg = w.warm("deepspeed_shm_comm")
+print("NINJA", shutil.which("ninja"), ok, msg)
+"""
+
+
+def test_deepspeed_ops_are_not_rebuilt_whichever_ninja_the_shell_finds_first():
+    """Debian's ninja 1.11 first on PATH (a shell, a hub, `make test`) or pip's 1.13 (a launch that
+    puts the venv's bin first): the pre-built op loads as it is. With two ninjas taking turns,
+    every DeepSpeed process compiled it again (30-50 s): notebook 04 went from 65 to 117 s."""
+    so = extensions_dir() / "deepspeed_shm_comm" / "deepspeed_shm_comm.so"
+    assert so.is_file(), f"{so} missing: {engines.WARM_FIX}"
+    before = so.stat().st_mtime_ns
+    code = LOAD_OP.format(scripts=str(HERE.parent / "scripts"))
+    for path in ("/usr/bin:/bin", f"{BIN}:/usr/bin:/bin", "/usr/bin:/bin"):
+        env = {**os.environ, "PATH": path, "DS_ACCELERATOR": "cpu"}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=TIMEOUT)
+        assert out.returncode == 0 and "NINJA" in out.stdout, out.stderr[-2000:]
+        assert out.stdout.split("NINJA ")[1].split()[0] == str(BIN / "ninja"), out.stdout
+        assert so.stat().st_mtime_ns == before, f"the op was compiled again with PATH={path}"
+
+
+def test_the_environments_bin_goes_first_only_when_it_has_ninja(tmp_path, monkeypatch):
+    from dltutor.core.env import path_with_env_bin
+    fake = tmp_path / "venv" / "bin"
+    fake.mkdir(parents=True)
+    monkeypatch.setattr(sys, "executable", str(fake / "python"))
+    assert path_with_env_bin("/usr/bin:/bin") == "/usr/bin:/bin"
+    (fake / "ninja").write_text("")
+    assert path_with_env_bin(f"/usr/bin:{fake}:/bin") == f"{fake}:/usr/bin:/bin"

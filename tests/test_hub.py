@@ -111,7 +111,10 @@ def test_notebook_02_through_a_jupyterhub_slurm_portal(slurm_cluster, tmp_path):
         assert seen["prefix"] == sys.prefix != str(hub_dir / "venv"), seen   # the course's Python
 
         started = time.time()
-        run_cells(server, token, kernel_id, _code_cells(ROOT / NOTEBOOK), timeout=300)
+        printed = "".join(run_cells(server, token, kernel_id, _code_cells(ROOT / NOTEBOOK),
+                                    timeout=300))
+        # the set-up installed Debian's Fashion-MNIST: real data, never the SYNTHETIC last resort
+        assert "Fashion-MNIST" in printed and "SYNTHETIC" not in printed, printed[-2000:]
         # The notebook's launches logged each rank (dltutor.launch.run): a rank 1 of lab 02 ran.
         runs = ("from dltutor.core import env\n"
                 f"print([p.name for p in env.runs_dir().glob('*-train-*') "

@@ -88,6 +88,19 @@ def extensions_dir() -> Path:
     return cache_dir() / "torch_extensions" / f"env-{tag}"
 
 
+def path_with_env_bin(path: str) -> str:
+    """`path` (a PATH) with this Python environment's bin folder first when it holds pip's ninja.
+
+    DeepSpeed builds and loads its ops with the first `ninja` on PATH. A system ninja of another
+    version (Debian's 1.11 beside pip's 1.13) rewrites the build folder's logs in its own way, and
+    the next process that finds the other ninja compiles the op again (30-50 s on 2 cores)."""
+    import sys
+    bindir = os.path.dirname(sys.executable)
+    if not os.path.isfile(os.path.join(bindir, "ninja")):
+        return path
+    return os.pathsep.join([bindir] + [p for p in path.split(os.pathsep) if p and p != bindir])
+
+
 def offline() -> bool:
     """True when `DLTUTOR_OFFLINE` is set to a true value: never touch the network (tests set it)."""
     return os.environ.get("DLTUTOR_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
