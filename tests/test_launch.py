@@ -114,6 +114,24 @@ def test_crashed_rank_is_named_within_30s(tmp_path, tag):
     assert err.result.returncode != 0
 
 
+def test_ranks_aborted_while_exiting_after_reporting_keep_their_results(tmp_path, tag, capsys):
+    """gloo's teardown race (SIGABRT, "terminate called without an active exception") after
+    every rank reported: the results are returned, with a WARNING that says so."""
+    result = L.launch(LIGHT, nproc=2, args=["--mode", "abort-at-exit", "--rank", "1"],
+                      log_dir=tmp_path / "run", env={"TEST_TAG": tag}, timeout=120, echo=False)
+    assert result.returncode != 0 and [m["rank"] for m in result.metrics] == [0, 1]
+    out = capsys.readouterr().out      # rank 0 was still exiting: torchrun stopped it
+    assert ("WARNING: rank 0, 1 had reported its results; then rank 1 was aborted while "
+            "exiting") in out, out
+
+
+def test_a_rank_aborted_before_reporting_is_a_failure(tmp_path, tag):
+    with pytest.raises(LaunchError) as info:
+        L.launch(LIGHT, nproc=2, args=["--mode", "abort-early", "--rank", "1"],
+                 log_dir=tmp_path / "run", env={"TEST_TAG": tag}, timeout=120, echo=False)
+    assert info.value.ranks == [1], str(info.value)
+
+
 @pytest.mark.slow
 def test_sigkilled_rank_is_named(tmp_path, tag):
     # rank 1 is SIGKILLed (as by the OOM killer); torchrun SIGTERMs rank 0, which was waiting

@@ -31,6 +31,26 @@ def blame_ranks(codes: dict, tail_of, stopped=(-9, -15)) -> list[int]:
     return [r for r in own if codes[r] not in stopped] or own or failed
 
 
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def aborted_after_reporting(codes: dict, tails: dict, metrics: list, backend, log_dir) -> str:
+    """A WARNING line when every failed rank ({rank: exit code}) had reported its results and
+    then either was aborted by the C++ runtime while exiting (SIGABRT, last line TEARDOWN_ABORT:
+    a race in the gloo backend's teardown, seen a few times per CI run on 2 busy cores) or was
+    stopped by the launcher (`backend.stop_codes`) after such a peer; else "" (a real failure)."""
+    reported = {m.get("rank") for m in metrics}
+    aborted = sorted(r for r, code in codes.items() if code == -6 and tails.get(r)
+                     and str(list(tails[r])[-1]).strip() == TEARDOWN_ABORT)
+    if not aborted or not all(r in reported and (r in aborted or code in backend.stop_codes)
+                              for r, code in codes.items()):
+        return ""
+    return (f"[{backend.name}] WARNING: rank {', '.join(map(str, sorted(codes)))} had reported its "
+            f"results; then rank {', '.join(map(str, aborted))} was aborted while exiting "
+            f"('{TEARDOWN_ABORT}', a gloo teardown race). The results are complete and kept; "
+            f"logs in {log_dir}")
+
+
 class LaunchError(RuntimeError):
     """A launch failed; `ranks` are the ranks to blame (first = most likely root cause)."""
 

@@ -10,9 +10,9 @@ rank's lines to `<log_dir>/rank<N>.log` and into the cell as `[rank N] ...`, and
     not stop the other ranks within FAILURE_GRACE seconds, they are killed here;
   * the timeout   -> everything is killed, LaunchTimeout names the ranks still running;
   * an interrupt  -> (the stop button) everything is killed and KeyboardInterrupt goes on;
-  * a busy port   -> the launcher could not open the rendezvous port: one retry on a new port.
-Every process is tagged with DLTUTOR_LAUNCH_ID, so none can outlive the launch, even one that
-has lost its parent.
+  * a busy port   -> the launcher could not open the rendezvous port: one retry on a new port;
+  * ranks that reported and were then aborted while exiting -> a WARNING line, results kept.
+Every process is tagged with DLTUTOR_LAUNCH_ID: none can outlive the launch, even an orphan.
 """
 from __future__ import annotations
 
@@ -32,19 +32,18 @@ import psutil
 
 from dltutor.core import env as _env
 from dltutor.core.device import default_nproc
-from dltutor.core.dist import read_report
+from dltutor.core.dist import free_port, read_report
 from dltutor.launch import reaper
 from dltutor.launch.backends import Backend, HorovodBackend, PythonBackend, TorchrunBackend
-from dltutor.core.dist import free_port
 from dltutor.launch.processes import (TAG_ENV, check_capacity, checked_request, clean_env,
                                       rank_of, tagged_processes)
-from dltutor.launch.results import LaunchError, LaunchResult, LaunchTimeout, blame_ranks
+from dltutor.launch.results import (LaunchError, LaunchResult, LaunchTimeout,
+                                    aborted_after_reporting, blame_ranks)
 from dltutor.launch.slurm import SlurmBackend
 
 FAILURE_GRACE = 5.0   # s between "a rank failed" and killing whatever is left
 TERM_GRACE = 3.0      # s between SIGTERM and SIGKILL
 TAIL_LINES = 20
-
 
 # 'slurm': srun inside an allocation, sbatch outside (site from $DLTUTOR_SITE, default 'local').
 BACKENDS: dict[str, Backend] = {
@@ -77,7 +76,6 @@ class _Run:
         self.failure_at, self.watchdog = None, False
         self.proc = self.reaper = None
 
-    # -- output ----------------------------------------------------------------------------
     def _handle(self, line: str) -> None:
         rank, text = self.backend.split(line.rstrip("\r\n"))
         if rank is None:
@@ -169,8 +167,7 @@ class _Run:
             q = queue.Queue()
             readers = [threading.Thread(target=self._reader, args=(pipe, q), daemon=True)
                        for pipe in (self.proc.stdout, self.proc.stderr)]
-            for t in readers:
-                t.start()
+            [t.start() for t in readers]
             open_streams, exited_at = len(readers), None
             while open_streams:
                 try:
@@ -210,7 +207,6 @@ class _Run:
             for f in (*self.files.values(), self.launcher_log):
                 f.close()
 
-    # -- diagnosis -------------------------------------------------------------------------
     def blame(self) -> tuple[list[int], list[int]]:
         """(ranks to blame, every failed rank): not those the launcher stopped (SIGTERM/SIGKILL)
         nor those that only lost a peer in a collective, unless nothing else is left."""
@@ -272,7 +268,11 @@ def launch(script, nproc: int | None = None, args=(), backend: str = "local", en
     result = LaunchResult(rc, time.monotonic() - started,
                           sorted(run.metrics, key=lambda m: m.get("rank", 0)),
                           _logs(log_dir, nproc), cmd, log_dir, be.name)
-    if rc != 0 or run.watchdog:
+    warning = "" if run.watchdog else aborted_after_reporting(  # results complete: keep them
+        be.failures("\n".join(run.launcher_lines)), run.tails, run.metrics, be, log_dir)
+    if warning:
+        print(warning, flush=True)
+    elif rc != 0 or run.watchdog:
         raise LaunchError(_failure_message(run, rc, log_dir), ranks=run.blame()[0], result=result)
     return result
 
