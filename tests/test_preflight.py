@@ -1,8 +1,9 @@
 """`python -m dltutor preflight`: doctor, every notebook headless (papermill, course kernel), report.
 
 Run here in fast mode on a small course folder (DLTUTOR_COURSE) whose labs are the real ones: one
-notebook launches lab 02 on 2 ranks, one fails in its second cell. The report must say which passed,
-give the launch's measured numbers, and name the failing cell and its error.
+notebook launches lab 02 on 2 ranks (after an unsolved exercise's self-check, which is meant to
+raise), one fails in its second cell. The report must say which passed, give the launch's measured
+numbers, and name the failing cell and its error.
 """
 import json
 import os
@@ -18,11 +19,15 @@ from dltutor import preflight
 pytestmark = pytest.mark.slow
 
 
-def _notebook(path, *cells):
+def _notebook(path, *cells, unsolved_exercise=False):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "dltutor", "display_name": "Python (dltutor)", "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     nb.cells[0].metadata["tags"] = ["parameters"]
+    if unsolved_exercise:  # a self-check that fails until the student solves it, as in the course
+        check = nbformat.v4.new_code_cell("assert False, 'not solved yet'")
+        check.metadata["tags"] = ["raises-exception"]
+        nb.cells.insert(1, check)
     nbformat.write(nb, path)
 
 
@@ -33,7 +38,7 @@ def test_preflight_reports_passes_numbers_and_the_failing_cell(tmp_path, repo_ro
     _notebook(course / "notebooks" / "01_launch.ipynb", "NPROC = 2",
               "from dltutor.core import course\nfrom dltutor.launch.run import launch\n"
               "res = launch(course.lab('02_ddp/train.py'), nproc=NPROC, args=['--tiny'], timeout=300,"
-              " echo=False)\nprint(res)")
+              " echo=False)\nprint(res)", unsolved_exercise=True)
     _notebook(course / "notebooks" / "02_broken.ipynb", "X = 1", "X / 0")
     env = {**os.environ, "DLTUTOR_COURSE": str(course)}
     out = subprocess.run([sys.executable, "-m", "dltutor", "preflight", "--fast", "--out",
