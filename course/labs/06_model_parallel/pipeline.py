@@ -18,6 +18,7 @@ From a notebook: dltutor.model_parallel.runs.run_pipeline(nproc=2, microbatches=
 from __future__ import annotations
 
 import statistics
+import sys
 
 import torch
 import torch.distributed as dist  # PP:
@@ -160,4 +161,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -17,6 +17,7 @@ From a notebook: dltutor.model_parallel.runs.run_tp(nproc=2).
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -144,4 +145,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())
