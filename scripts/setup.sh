@@ -60,7 +60,7 @@ VPY=$VENV/bin/python
 # the environment remembers its cache: its kernel, labs and ranks use it without DLTUTOR_CACHE set
 mkdir -p "$(dirname "$recorded")" && echo "$CACHE" > "$recorded"
 stamp=$VENV/.dltutor-pip-stamp
-want=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -c1-16)
+want=$( (cat pyproject.toml constraints.txt scripts/setup.sh; echo "$ROOT") | sha256sum | cut -c1-16)  # the checkout too: `pip install -e` points at it
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   step "installing python packages (torch==2.14.1, deepspeed, jupyterlab, ...)"
   "$VPY" -m pip install -q --upgrade pip wheel setuptools 2>&1 | grep -v "is ignored" || true
