@@ -21,10 +21,10 @@ print("after the session", flush=True)
 """
 
 
-def _run(end: str, tmp_path):
+def _run(end: str, tmp_path, script: str = RANK):
     env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    return subprocess.run([sys.executable, "-c", RANK.format(end=end)], env=env, cwd=tmp_path,
+    return subprocess.run([sys.executable, "-c", script.format(end=end)], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=180)
 
 
@@ -43,9 +43,6 @@ def test_a_clean_rank_skips_the_interpreters_teardown_and_keeps_its_exit_code(en
 def test_a_rank_whose_block_failed_exits_the_ordinary_way(tmp_path):
     failing = RANK.replace('    dist.rank_print("in the group:", ctx.backend, ctx.world_size)',
                            '    raise ValueError("inside the group")')
-    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    out = subprocess.run([sys.executable, "-c", failing.format(end="")], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=180)
+    out = _run("", tmp_path, failing)
     assert out.returncode == 1 and "ValueError: inside the group" in out.stderr
     assert "LATE EXIT HANDLER RAN" in out.stdout          # not armed: normal interpreter exit
