@@ -54,6 +54,7 @@ test: setup-test
 	  --nbval-cell-timeout=300 -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: setup
+	$(PY) -m pip install -q -c constraints.txt -r bench/requirements.txt
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 doctor: setup

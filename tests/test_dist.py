@@ -43,6 +43,14 @@ def test_detect_torchrun_wins_over_the_surrounding_slurm_job():
     assert (info["master_addr"], info["master_port"]) == ("n1", 29500)
 
 
+def test_detect_names_the_warm_start_which_gives_torchruns_variables():
+    env = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400", "DLTUTOR_WARM_START": "1"}
+    info = dist.detect(env)
+    assert (info["launcher"], info["rank"], info["world_size"], info["master_port"]) == (
+        "warm", 1, 2, 29400)
+
+
 def test_detect_slurm_derives_address_and_port(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")  # no scontrol: the node list is parsed here
     info = dist.detect({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8",

@@ -257,3 +257,51 @@ def test_batched_point_to_point_sums_like_all_reduce_on_gloo(tmp_path, world):
     for r in range(world):
         out = json.loads((tmp_path / f"rank{r}.json").read_text())
         assert out["bad"] == [] and out["batches"] > 0, (r, out)
+
+
+# ---------------------------------------------------------------- the warm start on a GPU node
+_SPY_CUDA = """
+import json, os
+os.environ["OMP_NUM_THREADS"] = "1"     # as dltutor.launch.warm.server_env gives the server
+import torch
+calls = []
+def spy(name, result):
+    def f(*a, **k):
+        calls.append(name)
+        return result
+    return f
+gpu = dict(is_available=True, device_count=4, current_device=0, get_device_capability=(9, 0),
+           get_device_name="H100", is_bf16_supported=True, mem_get_info=(80 << 30, 80 << 30),
+           init=None, _lazy_init=None, set_device=None, synchronize=None, get_device_properties=None)
+for name, result in gpu.items():
+    setattr(torch.cuda, name, spy(name, result))
+for name, result in (("_cuda_getDeviceCount", 4), ("_cuda_init", None)):
+    setattr(torch._C, name, spy(name, result))
+from dltutor.launch import warm_server
+warm_server.preload()
+print(json.dumps(calls))
+from dltutor.core import device
+device.gpu_count()                  # the control: a probe after the preload is seen
+print(json.dumps(calls))
+"""
+
+
+def test_the_warm_start_server_never_touches_cuda_on_a_gpu_node():
+    """A fork after CUDA is initialised hands the rank a broken CUDA: the server, which every
+    local rank is forked from, must import all it preloads without a single CUDA call (each
+    rank picks its GPU after the fork, in dist.init)."""
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _SPY_CUDA], capture_output=True, text=True,
+                         timeout=300, check=True).stdout.splitlines()
+    during, after = json.loads(out[-2]), json.loads(out[-1])
+    assert during == [], f"the warm server's preload called CUDA: {during}"
+    assert after, "the spy saw nothing even when asked directly: the check checks nothing"
+
+
+def test_the_warm_start_server_refuses_to_fork_after_cuda_was_initialised(monkeypatch):
+    from dltutor.launch import warm_server
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(RuntimeError, match="CUDA was initialised while preloading"):
+        warm_server.preload(names=())

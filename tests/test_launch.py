@@ -1,6 +1,9 @@
 """dltutor.launch.run: real multi-process launches on gloo, fault injection, and the command builders.
 
 Every launch is given a unique TEST_TAG variable; after it, no live process may still carry it.
+Each real launch runs twice: with backend 'local' (the warm start: ranks forked from a server
+that has torch imported, dltutor.launch.warm) and with 'torchrun'. The warm start's own cases
+(state that must not leak, the server's life, the same losses bit for bit) are in test_warm.py.
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ from dltutor.launch.backends import HorovodBackend, PythonBackend, TorchrunBacke
 LAB = Path(__file__).parent / "scripts" / "tiny_lab.py"      # imports torch, uses gloo
 LIGHT = Path(__file__).parent / "scripts" / "light_rank.py"  # no torch: fast fault tests
 REPO = Path(__file__).resolve().parents[1]
+BACKENDS = ["local", "torchrun"]          # 'local' is the warm start
+LAUNCHER_NAME = {"local": "warm", "torchrun": "torchrun"}
 
 
 def tagged(tag):
@@ -56,15 +61,17 @@ def crash_time(log: Path) -> float:
 # ---- real launches ------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_two_ranks_all_reduce_metrics_logs_and_prefixed_output(tmp_path, tag, capsys):
-    result = L.launch(LAB, nproc=2, args=["--lines", "3"], log_dir=tmp_path / "run",
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_ranks_all_reduce_metrics_logs_and_prefixed_output(tmp_path, tag, capsys, backend):
+    result = L.launch(LAB, backend=backend, nproc=2, args=["--lines", "3"], log_dir=tmp_path / "run",
                       env={"TEST_TAG": tag}, timeout=120)
     out = capsys.readouterr().out
     assert result.returncode == 0
     assert [m["rank"] for m in result.metrics] == [0, 1]
     assert result.metric("total") == [3.0, 3.0]          # 1 + 2, summed by all_reduce
     assert result.metric("world_size") == [2, 2]
-    assert result.metric("launcher") == ["torchrun", "torchrun"]
+    assert result.metric("launcher") == [LAUNCHER_NAME[backend]] * 2
+    assert result.backend == LAUNCHER_NAME[backend]
     assert result.metric("omp") == [str(dlenv.threads_per_rank(2))] * 2
     assert result.metric("master_addr") == ["127.0.0.1"] * 2
     for rank in (0, 1):
@@ -80,7 +87,8 @@ def test_two_ranks_all_reduce_metrics_logs_and_prefixed_output(tmp_path, tag, ca
 
 
 @pytest.mark.slow
-def test_busy_port_is_retried_on_another_port(tmp_path, tag, monkeypatch, capsys):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_busy_port_is_retried_on_another_port(tmp_path, tag, monkeypatch, capsys, backend):
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()
@@ -89,21 +97,22 @@ def test_busy_port_is_retried_on_another_port(tmp_path, tag, monkeypatch, capsys
     real = L.free_port
     monkeypatch.setattr(L, "free_port", lambda: ports.pop(0) if ports else real())
     try:
-        result = L.launch(LIGHT, nproc=2, log_dir=tmp_path / "run", env={"TEST_TAG": tag},
+        result = L.launch(LIGHT, backend=backend, nproc=2, log_dir=tmp_path / "run", env={"TEST_TAG": tag},
                           timeout=120, echo=False)
     finally:
         busy.close()
     assert ports == []                                     # the busy port was tried first
-    port = int(result.command[result.command.index("--master-port") + 1])
-    assert port != taken
-    assert result.metric("master_port") == [str(port)] * 2
+    port = result.metric("master_port")[0]
+    assert int(port) != taken and str(port) in result.command
+    assert result.metric("master_port") == [port] * 2
 
 
 @pytest.mark.slow
-def test_crashed_rank_is_named_within_30s(tmp_path, tag):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_crashed_rank_is_named_within_30s(tmp_path, tag, backend):
     # rank 1 raises after init; rank 0 is then blocked in an all_reduce it can never finish
     with pytest.raises(LaunchError) as info:
-        L.launch(LAB, nproc=2, args=["--mode", "crash", "--rank", "1"], log_dir=tmp_path / "run",
+        L.launch(LAB, backend=backend, nproc=2, args=["--mode", "crash", "--rank", "1"], log_dir=tmp_path / "run",
                  env={"TEST_TAG": tag}, timeout=120, echo=False)
     raised = time.time()
     err = info.value
@@ -114,10 +123,11 @@ def test_crashed_rank_is_named_within_30s(tmp_path, tag):
     assert err.result.returncode != 0
 
 
-def test_ranks_aborted_while_exiting_after_reporting_keep_their_results(tmp_path, tag, capsys):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ranks_aborted_while_exiting_after_reporting_keep_their_results(tmp_path, tag, capsys, backend):
     """gloo's teardown race (SIGABRT, "terminate called without an active exception") after
     every rank reported: the results are returned, with a WARNING that says so."""
-    result = L.launch(LIGHT, nproc=2, args=["--mode", "abort-at-exit", "--rank", "1"],
+    result = L.launch(LIGHT, backend=backend, nproc=2, args=["--mode", "abort-at-exit", "--rank", "1"],
                       log_dir=tmp_path / "run", env={"TEST_TAG": tag}, timeout=120, echo=False)
     assert result.returncode != 0 and [m["rank"] for m in result.metrics] == [0, 1]
     out = capsys.readouterr().out      # rank 0 was still exiting: torchrun stopped it
@@ -125,18 +135,20 @@ def test_ranks_aborted_while_exiting_after_reporting_keep_their_results(tmp_path
             "exiting") in out, out
 
 
-def test_a_rank_aborted_before_reporting_is_a_failure(tmp_path, tag):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rank_aborted_before_reporting_is_a_failure(tmp_path, tag, backend):
     with pytest.raises(LaunchError) as info:
-        L.launch(LIGHT, nproc=2, args=["--mode", "abort-early", "--rank", "1"],
+        L.launch(LIGHT, backend=backend, nproc=2, args=["--mode", "abort-early", "--rank", "1"],
                  log_dir=tmp_path / "run", env={"TEST_TAG": tag}, timeout=120, echo=False)
     assert info.value.ranks == [1], str(info.value)
 
 
 @pytest.mark.slow
-def test_sigkilled_rank_is_named(tmp_path, tag):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sigkilled_rank_is_named(tmp_path, tag, backend):
     # rank 1 is SIGKILLed (as by the OOM killer); torchrun SIGTERMs rank 0, which was waiting
     with pytest.raises(LaunchError) as info:
-        L.launch(LAB, nproc=2, args=["--mode", "sigkill", "--rank", "1"], log_dir=tmp_path / "run",
+        L.launch(LAB, backend=backend, nproc=2, args=["--mode", "sigkill", "--rank", "1"], log_dir=tmp_path / "run",
                  env={"TEST_TAG": tag}, timeout=120, echo=False)
     assert info.value.ranks == [1] and str(info.value).startswith("rank 1 failed"), str(info.value)
 
@@ -148,38 +160,82 @@ def test_blame_under_torchrun_keeps_a_sigkilled_rank():
     assert blame_ranks(codes, quiet) == [0, 1]       # srun's rule: both could be srun's doing
 
 
+def warm_servers_of(pid: int) -> list:
+    """Live warm-start servers started by process `pid` (they carry DLTUTOR_WARM_OWNER=pid)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if (p.status() != psutil.STATUS_ZOMBIE
+                    and p.environ().get("DLTUTOR_WARM_OWNER") == str(pid)):
+                found.append(p)
+        except (psutil.Error, OSError):
+            pass
+    return found
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
-def test_a_killed_kernel_takes_its_whole_launch_with_it(tmp_path, tag, how):
+def test_a_killed_kernel_takes_its_whole_launch_with_it(tmp_path, tag, how, backend):
     # the "kernel" is a python process running launch(); it is killed as a restart or cull would
     marker = tmp_path / "up"
     code = (f"from dltutor.launch.run import launch; launch({str(LIGHT)!r}, nproc=2, "
             f"args=['--mode', 'sleep', '--ignore-term', '--marker', {str(marker)!r}], "
-            f"env={{'TEST_TAG': {tag!r}}}, timeout=600, echo=False)")
+            f"env={{'TEST_TAG': {tag!r}}}, timeout=600, echo=False, backend={backend!r})")
     kernel = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     try:
         deadline = time.time() + 90
         while not all(Path(f"{marker}.{r}").exists() for r in (0, 1)):
             assert time.time() < deadline and kernel.poll() is None, "the ranks never came up"
             time.sleep(0.2)
-        assert len(tagged(tag)) >= 3                      # torchrun and both ranks
+        assert len(tagged(tag)) >= 3                      # the launcher and both ranks
+        assert len(warm_servers_of(kernel.pid)) == (backend == "local")
         kernel.send_signal(how)
         kernel.wait(timeout=10)
         gone_by = time.time() + 10
-        while tagged(tag) and time.time() < gone_by:
+        while (tagged(tag) or warm_servers_of(kernel.pid)) and time.time() < gone_by:
             time.sleep(0.2)
         assert tagged(tag) == [], f"still running 10 s after the kernel died: {tagged(tag)}"
+        assert warm_servers_of(kernel.pid) == [], "the warm start server outlived its kernel"
     finally:
         if kernel.poll() is None:
             kernel.kill()
 
 
 @pytest.mark.slow
-def test_watchdog_kills_ranks_that_ignore_sigterm(tmp_path, tag, monkeypatch):
+def test_a_real_jupyter_kernel_killed_mid_launch_leaves_nothing(tmp_path, tag):
+    """The same, through a real ipykernel (its own threads, its own signal handling): a cell
+    launches with the default backend (the warm start) and the kernel is SIGKILLed mid-launch."""
+    from jupyter_client.manager import start_new_kernel
+    km, kc = start_new_kernel(kernel_name="python3", startup_timeout=120)
+    try:
+        marker = tmp_path / "up"
+        kc.execute(f"from dltutor.launch.run import launch\nlaunch({str(LIGHT)!r}, nproc=2, "
+                   f"args=['--mode', 'sleep', '--marker', {str(marker)!r}], "
+                   f"env={{'TEST_TAG': {tag!r}}}, timeout=600)")
+        deadline = time.time() + 120
+        while not all(Path(f"{marker}.{r}").exists() for r in (0, 1)):
+            assert time.time() < deadline and km.is_alive(), "the ranks never came up"
+            time.sleep(0.2)
+        kernel = km.provisioner.process.pid
+        assert len(tagged(tag)) >= 3 and len(warm_servers_of(kernel)) == 1
+        os.kill(kernel, signal.SIGKILL)
+        gone_by = time.time() + 15
+        while (tagged(tag) or warm_servers_of(kernel)) and time.time() < gone_by:
+            time.sleep(0.2)
+        assert tagged(tag) == [] and warm_servers_of(kernel) == [], "left behind by the kernel"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_watchdog_kills_ranks_that_ignore_sigterm(tmp_path, tag, monkeypatch, backend):
     monkeypatch.setattr(L, "TERM_GRACE", 1.0)
     # torchrun waits 30 s before SIGKILL on a rank that ignores SIGTERM; the watchdog does not
     with pytest.raises(LaunchError) as info:
-        L.launch(LIGHT, nproc=2, args=["--mode", "crash", "--rank", "1", "--ignore-term"],
+        L.launch(LIGHT, backend=backend, nproc=2, args=["--mode", "crash", "--rank", "1", "--ignore-term"],
                  log_dir=tmp_path / "run", env={"TEST_TAG": tag}, timeout=120, echo=False)
     raised = time.time()
     assert info.value.ranks == [1]
@@ -188,10 +244,11 @@ def test_watchdog_kills_ranks_that_ignore_sigterm(tmp_path, tag, monkeypatch):
 
 
 @pytest.mark.slow
-def test_timeout_kills_everything_and_names_running_ranks(tmp_path, tag, monkeypatch):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_timeout_kills_everything_and_names_running_ranks(tmp_path, tag, monkeypatch, backend):
     monkeypatch.setattr(L, "TERM_GRACE", 1.0)              # rank 1 ignores SIGTERM: SIGKILL
     with pytest.raises(LaunchTimeout) as info:
-        L.launch(LIGHT, nproc=2, args=["--mode", "hang", "--rank", "1", "--ignore-term",
+        L.launch(LIGHT, backend=backend, nproc=2, args=["--mode", "hang", "--rank", "1", "--ignore-term",
                                        "--marker", str(tmp_path / "up")],
                  log_dir=tmp_path / "run", env={"TEST_TAG": tag}, timeout=20, echo=False)
     assert (tmp_path / "up.1").exists(), "rank 1 never started: raise the timeout"
@@ -217,7 +274,8 @@ class _Stream:
 
 
 @pytest.mark.slow
-def test_interrupt_streams_live_then_kills_everything(tmp_path, tag, monkeypatch):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_interrupt_streams_live_then_kills_everything(tmp_path, tag, monkeypatch, backend):
     # The interrupt is sent only after a rank's line has reached the "cell": so output is live.
     stream = _Stream("[rank 0] line 1 from rank 0")
     monkeypatch.setattr(sys, "stdout", stream)
@@ -233,7 +291,7 @@ def test_interrupt_streams_live_then_kills_everything(tmp_path, tag, monkeypatch
 
     threading.Thread(target=press_stop, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        L.launch(LIGHT, nproc=2, args=["--mode", "hang", "--rank", "0"], log_dir=tmp_path / "run",
+        L.launch(LIGHT, backend=backend, nproc=2, args=["--mode", "hang", "--rank", "0"], log_dir=tmp_path / "run",
                  env={"TEST_TAG": tag}, timeout=240)
     signal.signal(signal.SIGINT, previous)
     assert counted and counted[0] >= 2                     # launcher + ranks were running

@@ -43,7 +43,7 @@ class DistContext:
     world_size: int
     device: object  # torch.device
     is_distributed: bool
-    launcher: str = "single"  # torchrun | horovod | mpi | pbs | slurm | single | group_of_one
+    launcher: str = "single"  # torchrun|warm|horovod|mpi|pbs|slurm|single|group_of_one
     backend: str | None = None  # the torch.distributed backend in use, if any
 
     @property
@@ -115,9 +115,9 @@ def detect(environ=None) -> dict:
     os.environ). Pure: starts nothing, changes nothing."""
     e = os.environ if environ is None else environ
     info = None
-    if "RANK" in e and "WORLD_SIZE" in e:
-        info = dict(launcher="torchrun", rank=_int(e, "RANK"), world_size=_int(e, "WORLD_SIZE"),
-                    local_rank=_int(e, "LOCAL_RANK", default=0),
+    if "RANK" in e and "WORLD_SIZE" in e:  # torchrun's variables (also the warm start's)
+        info = dict(launcher="warm" if e.get("DLTUTOR_WARM_START") else "torchrun", rank=_int(
+                    e, "RANK"), world_size=_int(e, "WORLD_SIZE"), local_rank=_int(e, "LOCAL_RANK", default=0),
                     local_world_size=_int(e, "LOCAL_WORLD_SIZE"))
     elif "HOROVOD_RANK" in e and "HOROVOD_SIZE" in e:
         info = dict(launcher="horovod", rank=_int(e, "HOROVOD_RANK"),

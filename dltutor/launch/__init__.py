@@ -1,6 +1,9 @@
 """launch: start a lab on N ranks from a notebook or a shell, stream it, always clean up.
 
   run.py       `launch(script, nproc, ...)`: the one entry point (local, torchrun, horovod, slurm)
+  warm.py      the warm start ('local'): ranks forked from a server that imported torch once;
+               warm_server.py (that server), warm_rank.py (inside a forked rank), warm_client.py
+               (the launcher process each launch starts: standard library only)
   backends.py  how each launcher is started and how its output names ranks (python, torchrun, horovodrun)
   results.py   LaunchResult, LaunchError and the rule that blames the rank that failed first
   processes.py the variables that make a rank, launch tags that find every process, free ports

@@ -49,7 +49,7 @@ class TorchrunBackend(Backend):
     `--tee 3` copies each rank's stdout and stderr into `<log_dir>/torchrun/.../<rank>/` and onto
     torchrun's own stdout/stderr with the prefix `[rank<N>]:`, which `split` takes off again.
     """
-    name = "local"
+    name = "torchrun"
     needs_port = True
     stop_codes = (-15,)  # torchrun stops the other ranks with SIGTERM; -9 came from elsewhere
     _line = re.compile(r"^\[rank(\d+)\]:(.*)$", re.S)

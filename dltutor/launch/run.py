@@ -3,9 +3,10 @@
     result = launch("course/labs/03_ddp/train.py", nproc=2, args=["--tiny"])
     result.metrics        # the ranks' `dist.report(...)` lines, sorted by rank
 
-The kernel never joins the process group: it starts a launcher (torchrun, python, horovodrun;
-see dltutor.launch.backends) in its own session, reads the launcher's output line by line, writes each
-rank's lines to `<log_dir>/rank<N>.log` and into the cell as `[rank N] ...`, and watches:
+The kernel never joins the process group: it starts a launcher (the warm start's client,
+dltutor.launch.warm; torchrun, python, horovodrun: dltutor.launch.backends; srun/sbatch) in its own
+session, reads its output line by line, writes each rank's lines to `<log_dir>/rank<N>.log` and
+into the cell as `[rank N] ...`, and watches:
   * a rank fails  -> LaunchError naming it, with the last lines of its log; if the launcher does
     not stop the other ranks within FAILURE_GRACE seconds, they are killed here;
   * the timeout   -> everything is killed, LaunchTimeout names the ranks still running;
@@ -35,31 +36,30 @@ from dltutor.core.device import default_nproc
 from dltutor.core.dist import free_port, read_report
 from dltutor.launch import reaper
 from dltutor.launch.backends import Backend, HorovodBackend, PythonBackend, TorchrunBackend
-from dltutor.launch.processes import (TAG_ENV, check_capacity, checked_request, clean_env,
-                                      rank_of, tagged_processes)
+from dltutor.launch.processes import (TAG_ENV, check_capacity, checked_request, clean_env, rank_of,
+                                      tagged_processes)
 from dltutor.launch.results import (LaunchError, LaunchResult, LaunchTimeout,
                                     aborted_after_reporting, blame_ranks)
 from dltutor.launch.slurm import SlurmBackend
+from dltutor.launch.warm import WarmBackend, local_backend_name
 
 FAILURE_GRACE = 5.0   # s between "a rank failed" and killing whatever is left
 TERM_GRACE = 3.0      # s between SIGTERM and SIGKILL
 TAIL_LINES = 20
 
+# 'local': the warm start, or torchrun where DLTUTOR_LAUNCHER=torchrun (dltutor.launch.warm);
 # 'slurm': srun inside an allocation, sbatch outside (site from $DLTUTOR_SITE, default 'local').
-BACKENDS: dict[str, Backend] = {
-    "local": TorchrunBackend(), "torchrun": TorchrunBackend(),
-    "python": PythonBackend(), "horovod": HorovodBackend(), "slurm": SlurmBackend(),
-}
+BACKENDS: dict[str, Backend] = {"warm": WarmBackend(), "torchrun": TorchrunBackend(), "python":
+                                PythonBackend(), "horovod": HorovodBackend(), "slurm": SlurmBackend()}
 
 
 def get_backend(name) -> Backend:
     """A registered back end by name, or a Backend instance as given (e.g. SlurmBackend(site=...))."""
     if isinstance(name, Backend):
         return name
-    try:
-        return BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}") from None
+    if name not in BACKENDS and name != "local":
+        raise ValueError(f"unknown backend {name!r}; choose one of {sorted([*BACKENDS, 'local'])}")
+    return BACKENDS[local_backend_name() if name == "local" else name]
 
 
 class _Run:
@@ -73,8 +73,7 @@ class _Run:
         self.launcher_log = open(log_dir / "launcher.log", "a", encoding="utf-8")
         self.tails = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
         self.launcher_lines, self.metrics = [], []
-        self.failure_at, self.watchdog = None, False
-        self.proc = self.reaper = None
+        self.failure_at, self.watchdog, self.proc, self.reaper = None, False, None, None
 
     def _handle(self, line: str) -> None:
         rank, text = self.backend.split(line.rstrip("\r\n"))
@@ -221,15 +220,16 @@ def launch(script, nproc: int | None = None, args=(), backend: str = "local", en
            echo: bool = True, oversubscribe: bool = False) -> LaunchResult:
     """Run `script` on `nproc` ranks with `backend` and return a `LaunchResult`.
 
-    backend: 'local' (torchrun on this machine), 'python' (one plain process, nproc=1),
-    'horovod' (horovodrun, --gloo on CPU), 'slurm' (srun inside an allocation, else sbatch with the site
-    profile $DLTUTOR_SITE) or a Backend instance such as `SlurmBackend(site=..., nodes=2)`. `env` adds variables for the ranks; OMP_NUM_THREADS is
-    `threads` or `dltutor.core.env.threads_per_rank(nproc)` unless `env` sets it. Logs go to
-    `log_dir` (default `<dltutor.core.env.runs_dir()>/<time>-<script>-<id>`). `echo=False` keeps the cell
-    quiet. More ranks than GPUs (or, without GPUs, cores) are refused unless `oversubscribe`.
-    Raises LaunchError (a rank failed), LaunchTimeout, or KeyboardInterrupt (after killing every
-    process of the launch). `nproc=None`: the node's GPUs on a GPU node, else 2
-    (`dltutor.core.device.default_nproc`).
+    backend: 'local' (ranks forked from the warm start, dltutor.launch.warm), 'torchrun' (the same
+    ranks under torchrun), 'python' (one process, nproc=1), 'horovod' (horovodrun, --gloo on CPU),
+    'slurm' (srun inside an allocation, else sbatch with the site profile $DLTUTOR_SITE) or a
+    Backend instance such as `SlurmBackend(site=..., nodes=2)`. `env` adds variables for the
+    ranks; OMP_NUM_THREADS is `threads` or `dltutor.core.env.threads_per_rank(nproc)` unless `env`
+    sets it. Logs go to `log_dir` (default `<dltutor.core.env.runs_dir()>/<time>-<script>-<id>`).
+    `echo=False` keeps the cell quiet. More ranks than GPUs (or, without GPUs, cores) are refused
+    unless `oversubscribe`. Raises LaunchError (a rank failed), LaunchTimeout, or
+    KeyboardInterrupt (after killing every process of the launch). `nproc=None`: the node's GPUs
+    on a GPU node, else 2 (`dltutor.core.device.default_nproc`).
     """
     if nproc is None:
         nproc = default_nproc()

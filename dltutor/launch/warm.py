@@ -1,0 +1,161 @@
+"""The warm start: local ranks forked from a process that has torch imported, not started cold.
+
+`launch(script, nproc)` (backend 'local', the default) runs here; `backend='torchrun'` runs the same
+ranks under torchrun, and DLTUTOR_LAUNCHER=torchrun makes that the default. Both give each rank
+the same variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...);
+the ranks meet at the same env:// rendezvous and compute the same thing.
+
+Where the time goes: torchrun imports torch (about 2 s on 2 cores), then every rank imports it
+again, then the rendezvous. The warm start pays the import once per kernel, in the *warm server*
+(`dltutor.launch.warm_server`): a process of its own, started on the first local launch, that
+imports torch and dltutor, starts no thread, never touches CUDA and waits. Each launch starts a
+tiny stdlib-only client (`warm_client.py`, milliseconds) as its launcher; the client asks the
+server to fork the ranks and relays their output. Ranks are never forked from the kernel itself:
+they inherit none of the student's variables or the kernel's threads.
+
+Nothing outlives the kernel: the server exits when its stdin (a pipe from the kernel) closes, a
+rank dies with its server (PR_SET_PDEATHSIG), and every rank carries the launch's tag in its
+environment block (see warm_rank), so the launch's watchdog and reaper find it like a torchrun rank.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from dltutor.core.dist import RANK_ENV
+from dltutor.launch.backends import Backend
+from dltutor.launch.warm_rank import ROOM_ENV
+
+CLIENT = Path(__file__).with_name("warm_client.py")
+OWNER_ENV = "DLTUTOR_WARM_OWNER"   # the server's: pid of the process that started it
+LAUNCHER_ENV = "DLTUTOR_LAUNCHER"  # 'torchrun': backend 'local' means torchrun, not the warm start
+START_TIMEOUT = 120.0              # s for the server to import torch and say "ready"
+_server: dict = {}
+
+
+class WarmStartError(RuntimeError):
+    """The warm server could not start (its message says why and what to use instead)."""
+
+
+def room_for(env: dict) -> int:
+    """Bytes kept in the server's environment block for a rank's (its env plus rank variables)."""
+    size = sum(len(k) + len(v) + 2 for k, v in env.items())
+    return max(64 * 1024, 2 * size + 16 * 1024)
+
+
+def server_env(base: dict) -> dict:
+    env = {k: v for k, v in base.items() if k not in RANK_ENV and k != "DLTUTOR_LAUNCH_ID"}
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **{OWNER_ENV: str(os.getpid())})
+    env[ROOM_ENV] = " " * room_for(base)
+    return env
+
+
+def running() -> bool:
+    proc = _server.get("proc")
+    return (proc is not None and proc.poll() is None and _server.get("owner") == os.getpid()
+            and os.path.exists(_server["path"]))
+
+
+def start(python: str = sys.executable) -> str:
+    """Start this process's warm server (once; again if it died); the path of its socket."""
+    if running():
+        return _server["path"]
+    stop()
+    folder = tempfile.mkdtemp(prefix="dltutor-warm-")
+    path = os.path.join(folder, "server.sock")
+    proc = subprocess.Popen([python, "-u", "-m", "dltutor.launch.warm_server", path],
+                            env=server_env(os.environ), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    _server.update(proc=proc, path=path, folder=folder, owner=os.getpid())
+    lines, deadline = [], time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        line = proc.stdout.readline().decode(errors="replace").strip() if ready else ""
+        if line == "ready":
+            proc.stdout.close()      # it prints nothing more; ranks write to their own pipes
+            return path
+        if line:
+            lines.append(line)
+        if ready and not line and proc.poll() is not None:
+            break
+    stop()
+    raise WarmStartError("the warm start server did not start: " + " | ".join(lines[-5:] or
+                         ["no output"]) + ". Use launch(..., backend='torchrun') meanwhile")
+
+
+def stop() -> None:
+    """End this process's warm server (its ranks die with it); the next local launch restarts it."""
+    proc = _server.pop("proc", None)
+    if proc is not None and _server.get("owner") == os.getpid():
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    folder = _server.pop("folder", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+    _server.clear()
+
+
+def server_pid() -> int | None:
+    return _server["proc"].pid if running() else None
+
+
+atexit.register(stop)
+
+
+class WarmBackend(Backend):
+    """Forks of the warm server as ranks; output and failures read like torchrun's."""
+    name = "warm"
+    needs_port = True
+    stop_codes = (-15,)  # the client SIGTERMs the other ranks after a failure, as torchrun does
+    _line = re.compile(r"^\[rank(\d+)\]:(.*)$", re.S)
+    _exited = re.compile(r"^rank (\d+) exited with code (-?\d+)( \(stopped by the launcher\))?$",
+                         re.M)
+    _failed = re.compile(r"^rank \d+ failed \(exitcode")
+
+    def check(self, nproc):
+        if nproc > 64:
+            raise ValueError(f"nproc={nproc} local ranks is more than this launcher allows (64)")
+
+    def command(self, script, nproc, args, *, port, log_dir, python=sys.executable):
+        path = start(python)
+        return [python, "-I", "-S", str(CLIENT), path, str(nproc), str(port), script, *args], {}
+
+    def split(self, line):
+        m = self._line.match(line)
+        return (int(m.group(1)), m.group(2)) if m else (None, line)
+
+    def failures(self, launcher_text):
+        """{rank: code}; a rank the client stopped after another failed counts as SIGTERMed
+        (-15, a stop code) whichever signal ended it, so the rank that failed first is blamed."""
+        return {int(r): -15 if stopped else int(c)
+                for r, c, stopped in self._exited.findall(launcher_text) if c != "0"}
+
+    def port_clash(self, launcher_text):
+        return "address already in use" in launcher_text
+
+    def failure_seen(self, line):
+        return bool(self._failed.match(line))
+
+
+def local_backend_name() -> str:
+    """What backend 'local' means here: 'warm' (default) or 'torchrun' (DLTUTOR_LAUNCHER)."""
+    chosen = os.environ.get(LAUNCHER_ENV, "warm").strip().lower() or "warm"
+    if chosen not in ("warm", "torchrun"):
+        raise ValueError(f"{LAUNCHER_ENV}={chosen!r}: use 'warm' (the default) or 'torchrun'")
+    return chosen

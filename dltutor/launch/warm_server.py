@@ -1,0 +1,210 @@
+"""The warm start's server: torch imported once, each rank of a local launch forked from it.
+
+    python -u -m dltutor.launch.warm_server SOCKET      (started by dltutor.launch.warm, one per kernel)
+
+Why a server of our own and not multiprocessing's forkserver: that one runs a pickled function and
+gives its children the forkserver's own stdout, with no exit codes or pids for anyone but it. A
+rank needs its own stdout and stderr pipes (C++ messages included, so the cell can label every
+line), the launch must know each rank's pid and exit code, stop it with a signal, and lose it when
+the launch's client goes away. The idea is the same: preload, then fork per rank, fds passed over
+an AF_UNIX socket with SCM_RIGHTS.
+
+It is single-threaded and never touches CUDA (checked after the preload: a fork after either
+would hand the rank a broken process); each rank picks its device itself, after the fork.
+
+Protocol: AF_UNIX SOCK_SEQPACKET, one JSON object per packet.
+  client -> server  {"script", "args", "cwd", "nproc", "port", "env", "first_keys"} with 2*nproc
+                    fds (each rank's stdout and stderr): fork the ranks
+                    {"signal": N}: send signal N to the launch's ranks still running
+  server -> client  {"started": rank, "pid": pid} per rank, {"exited": rank, "code": c} per rank
+                    (c < 0: killed by signal -c), {"error": text} for a request it cannot run
+  client hangs up   the launch's ranks still running are SIGKILLed
+  stdin closes      (the kernel is gone) every rank is SIGKILLed and the server exits
+"""
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import weakref
+
+from dltutor.launch.warm_rank import become
+
+# What labs import before their first line of work: paid once here instead of once per rank.
+PRELOAD = ("numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data",
+           "torch.distributed.fsdp", "torch.distributed.tensor", "torchvision",
+           "dltutor.core.dist", "dltutor.core.flags", "dltutor.core.device", "dltutor.core.env",
+           "dltutor.core.train_step", "dltutor.data.loaders", "dltutor.single.models")
+MAX_REQUEST = 1 << 20
+
+
+def threads_now() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def preload(names=PRELOAD) -> None:
+    """Import `names`; refuse (RuntimeError) if that started a thread or initialised CUDA.
+    BLAS and OpenMP pools are kept at one thread here (a pool is threads); each rank sets its own
+    from OMP_NUM_THREADS after the fork (warm_rank.set_threads)."""
+    os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    for name in names:
+        importlib.import_module(name)
+        if threads_now() != 1:
+            raise RuntimeError(f"warm start: importing {name} started a thread ({threads_now()} "
+                               "now); a fork would copy locks held by it. Use backend='torchrun'")
+    quiet_exit_finalizers()
+    gc.freeze()   # the preloaded objects leave the collector's sight: a rank's collections do
+    #               not touch (and so copy) the pages it shares with the server
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        raise RuntimeError("warm start: CUDA was initialised while preloading; ranks forked "
+                           "from here could not use the GPU. Use backend='torchrun'")
+
+
+def quiet_exit_finalizers() -> None:
+    """The preload's weakref finalizers marked to run at exit (torch.library's thousands of
+    operator registrations, undone one by one: ~50 ms per rank on 2 cores) no longer run at a
+    rank's exit, which ends the process anyway. A rank's own finalizers and every atexit handler
+    (logging, multiprocessing, DataLoader) still run."""
+    for ref in list(weakref.finalize._registry):
+        ref.atexit = False
+
+
+class Launch:
+    """One client's ranks: {pid: rank} of those still running."""
+
+    def __init__(self, conn):
+        self.conn, self.running = conn, {}
+
+    def send(self, **msg) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.send(json.dumps(msg).encode())
+            except OSError:
+                pass
+
+    def signal(self, sig: int) -> None:
+        for pid in self.running:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+class Server:
+    def __init__(self, path: str):
+        self.sel = selectors.DefaultSelector()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.listener.bind(path)
+        os.chmod(path, 0o600)
+        self.listener.listen(16)
+        self.sel.register(self.listener, selectors.EVENT_READ, "accept")
+        self.sel.register(0, selectors.EVENT_READ, "kernel")
+        self.launches: list[Launch] = []
+
+    def own_fds(self) -> list[int]:
+        """Every fd of the server's own (closed in a forked rank)."""
+        fds = [self.listener.fileno(), self.sel.fileno()]
+        fds += [key.fd for key in self.sel.get_map().values() if key.fd > 2]
+        return fds
+
+    def start_ranks(self, launch: Launch, req: dict, fds: list[int]) -> None:
+        nproc = int(req["nproc"])
+        if len(fds) != 2 * nproc:
+            launch.send(error=f"expected {2 * nproc} fds, got {len(fds)}")
+            return
+        me = os.getpid()
+        for rank in range(nproc):
+            pid = os.fork()
+            if pid == 0:
+                others = [fd for fd in fds if fd not in fds[2 * rank:2 * rank + 2]]
+                become(req, rank, fds[2 * rank], fds[2 * rank + 1], self.own_fds() + others, me)
+            pidfd = os.pidfd_open(pid)
+            self.sel.register(pidfd, selectors.EVENT_READ, (launch, rank, pid))
+            launch.running[pid] = rank
+            launch.send(started=rank, pid=pid)
+        for fd in fds:
+            os.close(fd)
+
+    def on_client(self, launch: Launch) -> None:
+        try:
+            data, fds, _, _ = socket.recv_fds(launch.conn, MAX_REQUEST, 512)
+        except OSError:
+            data, fds = b"", []
+        if not data:                       # the client is gone: so is its launch
+            launch.signal(signal.SIGKILL)
+            self.sel.unregister(launch.conn)
+            launch.conn.close()
+            launch.conn = None
+            return
+        msg = json.loads(data)
+        if "signal" in msg:
+            launch.signal(int(msg["signal"]))
+        else:
+            self.start_ranks(launch, msg, fds)
+
+    def on_exit(self, key) -> None:
+        launch, rank, pid = key.data
+        self.sel.unregister(key.fd)
+        os.close(key.fd)
+        _, status = os.waitpid(pid, 0)
+        launch.running.pop(pid, None)
+        launch.send(exited=rank, code=os.waitstatus_to_exitcode(status))
+
+    def serve(self) -> None:
+        while True:
+            for key, _ in self.sel.select():
+                if key.data == "kernel":
+                    if not os.read(0, 4096):
+                        return             # the kernel that started us is gone
+                elif key.data == "accept":
+                    conn, _ = self.listener.accept()
+                    launch = Launch(conn)
+                    self.launches.append(launch)
+                    self.sel.register(conn, selectors.EVENT_READ, launch)
+                elif isinstance(key.data, Launch):
+                    self.on_client(key.data)
+                else:
+                    self.on_exit(key)
+
+    def shutdown(self) -> None:
+        for launch in self.launches:
+            launch.signal(signal.SIGKILL)
+            for pid in list(launch.running):
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
+
+
+def _stop(signum, frame):
+    raise SystemExit(0)
+
+
+def main(path: str) -> None:
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the stop button is the kernel's, not ours
+    try:
+        preload()
+    except Exception as exc:  # noqa: BLE001 - said on stdout, where the kernel waits for "ready"
+        print(f"error: {exc}", flush=True)
+        raise SystemExit(1) from None
+    server = Server(path)
+    print("ready", flush=True)
+    try:
+        server.serve()
+    finally:
+        server.shutdown()
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
