@@ -72,6 +72,8 @@ def test_two_ranks_all_reduce_metrics_logs_and_prefixed_output(tmp_path, tag, ca
     assert result.metric("world_size") == [2, 2]
     assert result.metric("launcher") == [LAUNCHER_NAME[backend]] * 2
     assert result.backend == LAUNCHER_NAME[backend]
+    if backend == "local":                                 # the cell says which launcher ran
+        assert "[warm] 2 rank(s) forked from the warm start (torch already imported)" in out
     assert result.metric("omp") == [str(dlenv.threads_per_rank(2))] * 2
     assert result.metric("master_addr") == ["127.0.0.1"] * 2
     for rank in (0, 1):

@@ -10,5 +10,5 @@
   reaper.py    ends every process of a launch when the kernel that started it dies
   slurm.py     srun steps and batch jobs (submit, poll, stream, cancel); `python -m dltutor.launch.slurm`
   sites.py     site profiles (partition, GPUs per node, modules) and job scripts from templates
-Used by notebooks 02-05 (and their labs when run from a kernel); imports only dltutor.core.
+Used by notebooks 02-07 (and their labs when run from a kernel); imports only dltutor.core.
 """

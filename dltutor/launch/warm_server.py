@@ -117,19 +117,26 @@ class Server:
         nproc = int(req["nproc"])
         if len(fds) != 2 * nproc:
             launch.send(error=f"expected {2 * nproc} fds, got {len(fds)}")
+            for fd in fds:
+                os.close(fd)
             return
         me = os.getpid()
-        for rank in range(nproc):
-            pid = os.fork()
-            if pid == 0:
-                others = [fd for fd in fds if fd not in fds[2 * rank:2 * rank + 2]]
-                become(req, rank, fds[2 * rank], fds[2 * rank + 1], self.own_fds() + others, me)
-            pidfd = os.pidfd_open(pid)
-            self.sel.register(pidfd, selectors.EVENT_READ, (launch, rank, pid))
-            launch.running[pid] = rank
-            launch.send(started=rank, pid=pid)
-        for fd in fds:
-            os.close(fd)
+        try:
+            for rank in range(nproc):
+                pid = os.fork()
+                if pid == 0:
+                    others = [fd for fd in fds if fd not in fds[2 * rank:2 * rank + 2]]
+                    become(req, rank, fds[2 * rank], fds[2 * rank + 1], self.own_fds() + others, me)
+                pidfd = os.pidfd_open(pid)
+                self.sel.register(pidfd, selectors.EVENT_READ, (launch, rank, pid))
+                launch.running[pid] = rank
+                launch.send(started=rank, pid=pid)
+        except OSError as exc:   # out of processes or memory: no half-started launch
+            launch.signal(signal.SIGKILL)
+            launch.send(error=f"the warm start could not fork rank {rank}: {exc}")
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def on_client(self, launch: Launch) -> None:
         try:
@@ -142,8 +149,13 @@ class Server:
             launch.conn.close()
             launch.conn = None
             return
-        msg = json.loads(data)
-        if "signal" in msg:
+        try:
+            msg = json.loads(data)
+        except ValueError:
+            msg = {"error": "not a JSON request"}
+        if "error" in msg or not isinstance(msg, dict):
+            launch.send(error="the warm start server got a request it cannot read")
+        elif "signal" in msg:
             launch.signal(int(msg["signal"]))
         else:
             self.start_ranks(launch, msg, fds)
@@ -196,6 +208,11 @@ def main(path: str) -> None:
         raise SystemExit(1) from None
     server = Server(path)
     print("ready", flush=True)
+    log = os.open(os.path.join(os.path.dirname(path), "server.log"),   # the kernel stops reading
+                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
     try:
         server.serve()
     finally:
