@@ -60,6 +60,13 @@ def test_a_rank_sees_what_a_torchrun_rank_sees(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_rank_waits_for_its_non_daemon_threads_as_an_interpreter_does(tmp_path):
+    for backend in ("local", "torchrun"):
+        result = run(STATE, ["--mode", "thread"], backend=backend, log_dir=tmp_path / backend)
+        assert result.metric("thread_done") == [True, True], backend
+
+
+@pytest.mark.slow
 def test_a_rank_that_changes_global_state_leaks_nothing_into_the_next_launch(tmp_path):
     first = run(STATE, ["--mode", "pollute"], log_dir=tmp_path / "a")
     server = warm.server_pid()

@@ -14,7 +14,8 @@ torchrun would have on its own is set here before the script runs as `__main__`:
   * death with its server (PR_SET_PDEATHSIG): a rank never outlives the process it was forked from.
 
 The rank ends like an interpreter does: SystemExit's code, 1 and the traceback for an uncaught
-exception (from the script's own frame on), the exit handlers, flushed streams, then `os._exit`.
+exception (from the script's own frame on), non-daemon threads joined, the exit handlers, flushed
+streams, then `os._exit`. Unlike a fresh interpreter, every rank has the server's hash seed.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import random
 import runpy
 import signal
 import sys
+import threading
 import traceback
 
 PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15
@@ -165,7 +167,8 @@ def become(req: dict, rank: int, out_fd: int, err_fd: int, close_fds, server_pid
         env = rank_env(req["env"], rank, req["nproc"], req["port"])
         _fresh_process_state(env, req)
         code = run_as_main(req["script"])
-        atexit._run_exitfuncs()           # as at interpreter exit (dist's rank_exit may leave here)
+        threading._shutdown()             # as at interpreter exit: wait for non-daemon threads,
+        atexit._run_exitfuncs()           # then the exit handlers (dist's rank_exit may leave here)
     except BaseException:  # noqa: BLE001 - whatever happens, the child must not return
         traceback.print_exc()
     finally:

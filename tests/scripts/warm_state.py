@@ -4,7 +4,8 @@
 
 Modes: pollute (change the environment, sys.modules, sys.path, a dltutor module and torch's
 threads, start a thread), inspect (report what this rank sees of all that and of its process),
-raise (--rank raises inside a function), exit3 (--rank calls sys.exit(3)).
+raise (--rank raises inside a function), exit3 (--rank calls sys.exit(3)), thread (a non-daemon
+thread reports after the script's last line: the interpreter waits for it at exit).
 """
 import argparse
 import os
@@ -22,7 +23,7 @@ def fail_inside_a_function(rank):
 
 
 p = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-p.add_argument("--mode", choices=["pollute", "inspect", "raise", "exit3"], default="inspect")
+p.add_argument("--mode", choices=["pollute", "inspect", "raise", "exit3", "thread"], default="inspect")
 p.add_argument("--rank", type=int, default=1, help="the rank that raises or exits with 3")
 a = p.parse_args()
 rank = dist.detect()["rank"]
@@ -47,6 +48,8 @@ elif a.mode == "inspect":
                 proc_tag=block.get(b"DLTUTOR_LAUNCH_ID", b"").decode(),
                 env_tag=os.environ.get("DLTUTOR_LAUNCH_ID"), test_tag=block.get(b"TEST_TAG",
                                                                                  b"").decode())
+elif a.mode == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.5), dist.report(thread_done=True))).start()
 elif rank == a.rank and a.mode == "raise":
     fail_inside_a_function(rank)
 elif rank == a.rank and a.mode == "exit3":
