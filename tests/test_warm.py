@@ -100,6 +100,7 @@ def test_exit_codes_and_tracebacks_are_the_scripts_own(tmp_path):
     assert info.value.ranks == [1] and "ValueError: rank 1 raises on purpose" in text
     assert f'File "{STATE}"' in text and "in fail_inside_a_function" in text
     assert "runpy" not in text and "warm_rank" not in text    # it starts in the script
+    assert "[rank1]:" not in text                             # torch's own prefix taken off
     with pytest.raises(LaunchError) as info:
         run(STATE, ["--mode", "exit3", "--rank", "0"], log_dir=tmp_path / "exit")
     assert info.value.ranks == [0]

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from dltutor.core.dist import RANK_ENV
-from dltutor.launch.backends import Backend
+from dltutor.launch.backends import TorchrunBackend
 from dltutor.launch.warm_rank import ROOM_ENV
 
 CLIENT = Path(__file__).with_name("warm_client.py")
@@ -94,8 +94,10 @@ def start(python: str = sys.executable) -> str:
 
 def stop() -> None:
     """End this process's warm server (its ranks die with it); the next local launch restarts it."""
+    if _server.get("owner") != os.getpid():   # a fork of the kernel: not its server to end
+        return
     proc = _server.pop("proc", None)
-    if proc is not None and _server.get("owner") == os.getpid():
+    if proc is not None:
         try:
             proc.stdin.close()
         except OSError:
@@ -118,27 +120,18 @@ def server_pid() -> int | None:
 atexit.register(stop)
 
 
-class WarmBackend(Backend):
-    """Forks of the warm server as ranks; output and failures read like torchrun's."""
+class WarmBackend(TorchrunBackend):
+    """Forks of the warm server as ranks. Lines, the nproc limit and the stop codes are
+    torchrun's (the client labels lines `[rank<N>]:` and SIGTERMs the other ranks after a
+    failure, as torchrun does); only its own summary lines differ."""
     name = "warm"
-    needs_port = True
-    stop_codes = (-15,)  # the client SIGTERMs the other ranks after a failure, as torchrun does
-    _line = re.compile(r"^\[rank(\d+)\]:(.*)$", re.S)
     _exited = re.compile(r"^rank (\d+) exited with code (-?\d+)( \(stopped by the launcher\))?$",
                          re.M)
     _failed = re.compile(r"^rank \d+ failed \(exitcode")
 
-    def check(self, nproc):
-        if nproc > 64:
-            raise ValueError(f"nproc={nproc} local ranks is more than this launcher allows (64)")
-
     def command(self, script, nproc, args, *, port, log_dir, python=sys.executable):
         path = start(python)
         return [python, "-I", "-S", str(CLIENT), path, str(nproc), str(port), script, *args], {}
-
-    def split(self, line):
-        m = self._line.match(line)
-        return (int(m.group(1)), m.group(2)) if m else (None, line)
 
     def failures(self, launcher_text):
         """{rank: code}; a rank the client stopped after another failed counts as SIGTERMed
