@@ -10,6 +10,8 @@
   engines.py   Horovod and DeepSpeed: installed? built with what? the env their ranks need
   units.py     KiB/MiB/GiB and byte formatting/parsing
   tables.py    the one plain-text table formatter
+  findings.py  the sentences that say what this run showed, from its numbers ('inconclusive here'
+               inside the run's spread), shown as a list in Jupyter
   plots.py     honest plot labels (data, CPU/GPU, fast mode) and side-by-side bars
   sources.py   every figure and log line quoted from the seeds (the talks), with its seed line
   gpu_dryrun.py  tests only: run lab code as rank r of an NCCL job on a CPU machine (fake CUDA

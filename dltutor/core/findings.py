@@ -1,0 +1,101 @@
+"""Findings: the sentences that say what *this* run showed, built from its numbers.
+
+A notebook's prose says what to look for; what was seen is printed by code, from the run's own
+numbers, and says "inconclusive here" when a difference is inside the run's spread. Each topic has
+a small `findings` (or `describe`) function that turns its rows into sentences with these helpers:
+
+    compare("Horovod", 51.2, "DDP", 60.3, unit="img/s", spread_a=4.0, spread_b=3.1)
+      -> 'Horovod 51.2 img/s vs DDP 60.3 img/s: Horovod is 0.85x DDP (the spreads, ±4 and ±3.1, do not cover the gap).'
+    trend("measured bubble", [1, 2, 4], [0.61, 0.45, 0.30], x_name="m")
+      -> 'measured bubble falls as m grows: 0.61 at m=1, 0.45 at m=2, 0.3 at m=4.'
+    against("bubble at m=4", 0.34, 0.27, tolerance=0.02, source="the formula (p-1)/(m+p-1)")
+      -> 'bubble at m=4: 0.34 measured vs 0.27 from the formula (p-1)/(m+p-1): above it by 0.07.'
+    show(lines)   # renders as a bullet list in Jupyter, as text under print()
+
+A spread is a half-width (a 95 % interval, or half the min-max range of repeats); two values
+differ when the gap between them is larger than the sum of their spreads.
+"""
+from __future__ import annotations
+
+INCONCLUSIVE = "inconclusive here"
+
+
+def fmt(x: float, unit: str = "") -> str:
+    """3 significant digits (thousands as whole numbers) and the unit."""
+    s = f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+    return f"{s} {unit}".rstrip() if unit and unit != "%" else s + unit
+
+
+def differs(a: float, b: float, spread_a: float = 0.0, spread_b: float = 0.0) -> bool:
+    """True when |a - b| is larger than the two spreads together."""
+    return abs(a - b) > abs(spread_a) + abs(spread_b)
+
+
+def compare(name_a: str, a: float, name_b: str, b: float, *, unit: str = "",
+            spread_a: float = 0.0, spread_b: float = 0.0) -> str:
+    """One sentence: both values, the ratio a/b, or INCONCLUSIVE when the spreads cover the gap."""
+    head = f"{name_a} {fmt(a, unit)} vs {name_b} {fmt(b, unit)}"
+    spread = f"±{fmt(spread_a)} and ±{fmt(spread_b)}"
+    if not differs(a, b, spread_a, spread_b):
+        return (f"{head}: {INCONCLUSIVE}, the gap ({fmt(abs(a - b), unit)}) is inside the run's "
+                f"spread ({spread}).")
+    ratio = f"{name_a} is {a / b:.2f}x {name_b}" if b else f"{name_a} is above {name_b}"
+    cover = f" (the spreads, {spread}, do not cover the gap)" if spread_a or spread_b else ""
+    return f"{head}: {ratio}{cover}."
+
+
+def direction(ys, spreads=None) -> str:
+    """'falls', 'rises', 'flat' (every step inside the spreads) or 'not monotone'."""
+    spreads = list(spreads) if spreads is not None else [0.0] * len(ys)
+    steps = [(0 if not differs(y0, y1, s0, s1) else (1 if y1 > y0 else -1))
+             for y0, y1, s0, s1 in zip(ys, ys[1:], spreads, spreads[1:])]
+    if all(s == 0 for s in steps):
+        return "flat"
+    if all(s <= 0 for s in steps):
+        return "falls"
+    if all(s >= 0 for s in steps):
+        return "rises"
+    return "not monotone"
+
+
+def trend(name: str, xs, ys, *, x_name: str, unit: str = "", spreads=None) -> str:
+    """One sentence: how `name` moves as `x_name` grows, with every point."""
+    way = direction(ys, spreads)
+    points = ", ".join(f"{fmt(y, unit)} at {x_name}={x}" for x, y in zip(xs, ys))
+    if way == "flat":
+        return f"{name} does not change beyond the run's spread as {x_name} grows ({INCONCLUSIVE}): {points}."
+    if way == "not monotone":
+        return f"{name} goes up and down as {x_name} grows: {points}."
+    return f"{name} {way} as {x_name} grows: {points}."
+
+
+def against(name: str, measured: float, expected: float, *, tolerance: float, source: str,
+            unit: str = "") -> str:
+    """One sentence: a measured value beside a predicted one (formula, reference), within or not."""
+    gap = measured - expected
+    head = f"{name}: {fmt(measured, unit)} measured vs {fmt(expected, unit)} from {source}"
+    if abs(gap) <= tolerance:
+        return f"{head}: within ±{fmt(tolerance, unit)}, they agree."
+    return f"{head}: {'above' if gap > 0 else 'below'} it by {fmt(abs(gap), unit)}."
+
+
+class Findings(list):
+    """Sentences that render as a bullet list in Jupyter and as lines of text in a terminal."""
+
+    def __init__(self, lines, title: str = "What this run shows"):
+        super().__init__(lines)
+        self.title = title
+
+    def __str__(self) -> str:
+        return "\n".join([self.title + ":"] + [f"- {s}" for s in self])
+
+    def _repr_markdown_(self) -> str:
+        return f"**{self.title}** (printed from this run's numbers)\n\n" + "\n".join(f"- {s}" for s in self)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def show(lines, title: str = "What this run shows") -> Findings:
+    """The last expression of a cell: `findings.show(topic.findings(rows))`."""
+    return Findings(lines, title)
