@@ -28,3 +28,8 @@ def test_show_renders_markdown_and_text():
     out = f.show(["one", "two"], title="T")
     assert out._repr_markdown_().count("\n- ") == 2 and "this run's numbers" in out._repr_markdown_()
     assert str(out) == "T:\n- one\n- two"
+
+
+def test_show_says_where_the_sentences_come_from():
+    assert "(computed on paper)" in f.show(["x"], note="computed on paper")._repr_markdown_()
+    assert "this run's numbers" not in f.show(["x"], note="computed on paper")._repr_markdown_()

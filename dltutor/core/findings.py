@@ -18,6 +18,7 @@ differ when the gap between them is larger than the sum of their spreads.
 from __future__ import annotations
 
 INCONCLUSIVE = "inconclusive here"
+RUN_NOTE = "printed from this run's numbers"
 
 
 def fmt(x: float, unit: str = "") -> str:
@@ -82,20 +83,22 @@ def against(name: str, measured: float, expected: float, *, tolerance: float, so
 class Findings(list):
     """Sentences that render as a bullet list in Jupyter and as lines of text in a terminal."""
 
-    def __init__(self, lines, title: str = "What this run shows"):
+    def __init__(self, lines, title: str = "What this run shows", note: str = RUN_NOTE):
         super().__init__(lines)
-        self.title = title
+        self.title, self.note = title, note
 
     def __str__(self) -> str:
         return "\n".join([self.title + ":"] + [f"- {s}" for s in self])
 
     def _repr_markdown_(self) -> str:
-        return f"**{self.title}** (printed from this run's numbers)\n\n" + "\n".join(f"- {s}" for s in self)
+        note = f" ({self.note})" if self.note else ""
+        return f"**{self.title.strip()}**{note}\n\n" + "\n".join(f"- {s}" for s in self)
 
     def __repr__(self) -> str:
         return str(self)
 
 
-def show(lines, title: str = "What this run shows") -> Findings:
-    """The last expression of a cell: `findings.show(topic.findings(rows))`."""
-    return Findings(lines, title)
+def show(lines, title: str = "What this run shows", note: str = RUN_NOTE) -> Findings:
+    """The last expression of a cell: `findings.show(topic.findings(rows))`. `note` says where the
+    sentences come from (default: this run's numbers; e.g. "computed on paper, nothing ran")."""
+    return Findings(lines, title, note)

@@ -8,5 +8,6 @@ the device starves. Used by notebook 07 and lab `07_io`.
   starve.py    the training step fed by a pipeline: data wait vs compute, the exercise's check
   bench.py     the notebook's and lab's measurements, one call each
   runs.py      lab 07_io on N ranks from the kernel, rows from its reports
+  findings.py  what this run measured, as sentences with its spreads (formats, workers, staging, starving)
   plots.py     formats, workers/prefetch, sharding, staging and timeline plots
 """

@@ -71,9 +71,10 @@ def read_share(fmt: str, root, rank: int = 0, world_size: int = 1, batch_size: i
 
 def read_formats(root, fmts=formats.FORMATS, batch_size: int = 128, workers: int = 0,
                  caches=("cold", "warm")) -> list[dict]:
-    """One single-process pass per format and cache state (warm right after the cold pass)."""
-    return [read_share(fmt, root, batch_size=batch_size, workers=workers, cold=cache == "cold")
-            for fmt in fmts for cache in caches]
+    """One single-process pass per format and cache state (warm right after the cold pass);
+    `asked` is the state asked for, `cache` the state mincore found before the pass."""
+    return [dict(read_share(fmt, root, batch_size=batch_size, workers=workers, cold=cache == "cold"),
+                 asked=cache) for fmt in fmts for cache in caches]
 
 
 def worker_sweep(root, fmt: str, workers=(0, 1, 2), prefetch=(2, 8), batch_size: int = 128,

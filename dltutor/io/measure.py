@@ -90,7 +90,7 @@ def read_rate(make_loader, paths, cold: bool = True, max_batches: int | None = N
               n_total: int | None = None) -> dict:
     """Time one pass of the DataLoader `make_loader()` over files `paths`.
 
-    Returns samples, seconds, samples_per_s, mb_per_s (bytes of `paths` on disk / s; with
+    Returns samples, seconds, samples_per_s and its spread_per_s (`rate_spread`), mb_per_s (bytes of `paths` on disk / s; with
     `n_total`, only the share samples/n_total of them: a rank reading part of one file set),
     ttfb_s (from creating the loader, workers included, to the first batch), the ids read, and the
     cache state before the pass: cold=True drops the files first, and `resident_before` says how
@@ -98,13 +98,17 @@ def read_rate(make_loader, paths, cold: bool = True, max_batches: int | None = N
     if cold:
         drop_cache(paths)
     resident = resident_fraction(paths)
-    ids, samples = [], 0
+    ids, samples, gaps = [], 0, []
     start = time.perf_counter()
     it = iter(make_loader())
-    ttfb = None
+    ttfb = last = None
     for b, (x, _, sample_ids) in enumerate(it):
+        now = time.perf_counter()
         if ttfb is None:
-            ttfb = time.perf_counter() - start
+            ttfb = now - start
+        else:
+            gaps.append(now - last)
+        last = now
         samples += len(x)
         ids.extend(int(i) for i in sample_ids)
         if max_batches is not None and b + 1 >= max_batches:
@@ -112,9 +116,28 @@ def read_rate(make_loader, paths, cold: bool = True, max_batches: int | None = N
     seconds = time.perf_counter() - start
     del it  # ends the workers now, not at the next garbage collection
     total = disk_bytes(paths) * (samples / n_total if n_total else 1)
-    return dict(samples=samples, seconds=seconds, samples_per_s=samples / seconds,
+    rate = samples / seconds
+    return dict(samples=samples, seconds=seconds, samples_per_s=rate, spread_per_s=rate_spread(rate, gaps),
                 mb_per_s=total / seconds / 1e6, ttfb_s=ttfb, disk_mb=total / 1e6, ids=ids,
                 resident_before=resident, cache=cache_state(resident))
+
+
+def mean_spread(values) -> float:
+    """Half-width of a ~95 % interval of the mean of `values`: 1.96 standard errors (0 for < 2)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return 1.96 * (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 / n ** 0.5
+
+
+def rate_spread(rate: float, gaps) -> float:
+    """The spread of a pass's samples/s from the times between its batches (`gaps`, step 0 left
+    out): `rate` x the relative 95 % half-width of the mean gap. Fewer than two gaps: `rate`
+    itself, i.e. this pass alone cannot tell a difference."""
+    if len(gaps) < 2:
+        return rate
+    return rate * mean_spread(gaps) / (sum(gaps) / len(gaps))
 
 
 def copy_files(paths, src_root, dst_root) -> dict:

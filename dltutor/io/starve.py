@@ -89,6 +89,14 @@ def wait_share(rows, skip_first: bool = True) -> float:
     return wait / total if total else 0.0
 
 
+def share_spread(rows, skip_first: bool = True) -> float:
+    """~95 % half-width of the wait share, from the per-step shares (step 0 left out)."""
+    from dltutor.io.measure import mean_spread
+    rows = rows[1:] if skip_first and len(rows) > 1 else rows
+    return mean_spread([r["wait_s"] / (r["wait_s"] + r["compute_s"]) for r in rows
+                        if r["wait_s"] + r["compute_s"] > 0])
+
+
 def verdict(rows) -> str:
     return "starved (I/O-bound)" if wait_share(rows) > STARVED else "fed (compute-bound)"
 
@@ -102,7 +110,8 @@ def summary(timelines: dict) -> list[dict]:
                         wait_ms=1e3 * sum(r["wait_s"] for r in steady) / len(steady),
                         compute_ms=1e3 * sum(r["compute_s"] for r in steady) / len(steady),
                         first_wait_ms=1e3 * rows[0]["wait_s"],
-                        wait_share=wait_share(rows), verdict=verdict(rows)))
+                        wait_share=wait_share(rows), share_spread=share_spread(rows),
+                        verdict=verdict(rows)))
     return out
 
 

@@ -62,12 +62,14 @@ def crossing(coords: dict, axis: str, c: Cluster) -> int:
 
 
 def pp_hops_across_nodes(coords: dict, c: Cluster) -> list[tuple[int, int]]:
-    """Stage boundaries (s, s+1), 1-based as the seed counts them, whose send crosses a node."""
+    """Stage boundaries (s, s+1) whose send crosses a node, stages counted from 0 as everywhere
+    in the course (tables, `node_map`'s p0..p3). Seed 001 counts from 1: its "between pipeline
+    stages 2 and 3" is (1, 2) here."""
     where = {xyz: r for r, xyz in coords.items()}
     hops = set()
     for (t, p, d), r in where.items():
         if p + 1 < c.pp and node_of(r, c) != node_of(where[(t, p + 1, d)], c):
-            hops.add((p + 1, p + 2))
+            hops.add((p, p + 1))
     return sorted(hops)
 
 
@@ -112,8 +114,13 @@ def verdict(result: dict) -> str:
     y, r = result["yours"], result["reference"]
     return ("PASS: every TP group is inside one node. Groups crossing nodes (yours / reference): "
             + ", ".join(f"{a.upper()} {y[a]}/{r[a]}" for a in AXES)
-            + f"; pipeline sends crossing nodes between stages {y['pp_hops_across_nodes']} "
-              f"(reference {r['pp_hops_across_nodes']})")
+            + f"; pipeline sends crossing nodes (stages counted from 0): {_hops(y)} "
+              f"(reference: {_hops(r)})")
+
+
+def _hops(summary: dict) -> str:
+    hops = summary["pp_hops_across_nodes"]
+    return ", ".join(f"between stages {a} and {b}" for a, b in hops) if hops else "none"
 
 
 # ---------------------------------------------------------------- bytes per form

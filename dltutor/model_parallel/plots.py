@@ -95,16 +95,29 @@ def plot_tp(rows: list, path=None, tolerance: float = 1e-5):
     return _save(fig, path)
 
 
-def plot_bytes(forms: dict, title: str, path=None, unit: float = 2**30, unit_name: str = "GiB"):
-    """Bars of bytes per step per GPU for each form (dict form -> bytes), log scale."""
+HATCH = {"counted": "", "derived from shapes": "//", "formula only (not run)": "xx"}
+
+
+def plot_bytes(forms: dict, title: str, path=None, unit: float = 2**30, unit_name: str = "GiB",
+               kinds: dict | None = None):
+    """Bars of bytes per step per GPU for each form (dict form -> bytes), log scale. `kinds`
+    (form -> 'counted' / 'derived from shapes' / 'formula only (not run)') hatches each bar by
+    where its number comes from, with a legend."""
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
     fig, ax = plt.subplots(figsize=(7, 2.8))
     names = list(forms)
     vals = [forms[n] / unit for n in names]
     bars = ax.barh(names, vals, color=["tab:red", "tab:green", "tab:blue"][:len(names)])
-    for bar, v in zip(bars, vals):
+    for name, bar, v in zip(names, bars, vals):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v:,.3g} {unit_name}",
                 va="center", fontsize=8)
+        if kinds:
+            bar.set_hatch(HATCH.get(kinds[name], ".."))
+            bar.set_edgecolor("black")
+    if kinds:
+        ax.legend(handles=[Patch(facecolor="white", edgecolor="black", hatch=HATCH.get(k, ".."), label=k)
+                           for k in dict.fromkeys(kinds.values())], fontsize=7, loc="lower right")
     ax.set_xscale("log")
     ax.set_xlabel(f"{unit_name} sent per GPU per step")
     ax.set_title(title, fontsize=9)

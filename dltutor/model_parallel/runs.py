@@ -74,8 +74,13 @@ def tp_rows(report: dict) -> list[dict]:
 
 
 def bubble_rows(report: dict) -> list[dict]:
+    """One row per (schedule, m): the median bubble over the timed steps, `spread` = half the
+    min-max range of those steps (0 with one step), the formula and the most micro-batches held."""
+    def spread(r):
+        b = r.get("bubbles") or [r["bubble"]]
+        return (max(b) - min(b)) / 2
     return [{"stages": r["stages"], "schedule": r["schedule"], "m": r["m"],
-             "measured": r["bubble"], "formula": r["formula"],
+             "measured": r["bubble"], "spread": spread(r), "formula": r["formula"],
              "difference": r["bubble"] - r["formula"], "step ms": r["step_s"] * 1e3,
              "max in flight": max(r["in_flight"])} for r in report["runs"]]
 
@@ -97,36 +102,48 @@ def measured_bytes(tp: dict, pp: dict) -> list[dict]:
     m = max(r["m"] for r in pp["runs"])
     act = pp["mb_size"] * pp["d_model"] * 4
     return [
-        {"form": "tensor (TP)", "what moves": "activations, all-reduce", "when": "every block, fwd and bwd",
+        {"form": "tensor (TP)", "kind": "counted", "what moves": "activations, all-reduce",
+         "when": "every block, fwd and bwd",
          "bytes per step": tp_bytes, "source": f"counted, {n} ranks, tp_mlp.py"},
-        {"form": "pipeline (PP)", "what moves": "activations, point-to-point",
+        {"form": "pipeline (PP)", "kind": "derived from shapes", "what moves": "activations, point-to-point",
          "when": "every micro-batch at each stage boundary", "bytes per step": 2 * m * act,
          "source": f"m={m} x 2 x {pp['mb_size']}x{pp['d_model']} fp32 (pipeline.py shapes)"},
-        {"form": "data (DP)", "what moves": "gradients, all-reduce", "when": "once per step",
-         "bytes per step": 2 * (n - 1) / n * params * 4,
+        {"form": "data (DP)", "kind": "formula only (not run)", "what moves": "gradients, all-reduce",
+         "when": "once per step", "bytes per step": 2 * (n - 1) / n * params * 4,
          "source": f"ring formula on the {params:,} parameters of the TP blocks"},
     ]
 
 
+# seed 003's slide 19 ("Strategy Comparison"), its words, for the two rows this table keeps
+SEED_003 = {"data": ("Input data (batch).", "When model fits in one GPU but data is large."),
+            "model (pipeline)": ("Model layers.", "When model is too big for a single GPU."),
+            "tensor": ("Tensor computations inside a layer.",
+                       "When even one layer is too large for one device.")}
+ADAPTED = ("adapted from seed 003: its 'what is split' and 'when to use' rows (its words), as "
+           "columns; its 'basic idea', 'scalability' and 'implementation' rows dropped; "
+           "'kind' and 'this notebook' added")
+
+
 def strategy_table(tp: dict, pp: dict, dp_scaling: str = "see notebook 02") -> list[dict]:
-    """Seed 003's strategy comparison, with the numbers this notebook measured."""
+    """Seed 003's strategy comparison (ADAPTED says how), beside what this notebook ran; `kind`
+    says per row whether the entry was measured here or not run here at all."""
     mlp = next(b for b in tp["blocks"] if b["block"] == "mlp")
     gpipe = [r for r in pp["runs"] if r["schedule"] == "gpipe"] or pp["runs"]
     best, worst = max(gpipe, key=lambda r: r["m"]), min(gpipe, key=lambda r: r["m"])
     p = pp["world_size"]
-    return [
-        {"strategy": "data", "what is split": "input data (batch)",
-         "when to use": "model fits on one device, data is large",
-         "measured here": f"gradient all-reduce once per step; scaling: {dp_scaling}"},
-        {"strategy": "pipeline (model)", "what is split": "model layers (stages)",
-         "when to use": "model too big for one device",
-         "measured here": f"{worst['schedule']} bubble {worst['bubble']:.2f} at m={worst['m']} -> "
-                          f"{best['bubble']:.2f} at m={best['m']} (formula {bubble_formula(p, worst['m']):.2f} -> "
-                          f"{bubble_formula(p, best['m']):.2f}), p={p}"},
-        {"strategy": "tensor", "what is split": "matrices inside a layer",
-         "when to use": "even one layer too big (LLMs); inside a node",
-         "measured here": f"{mlp['params_per_rank']:,}/{mlp['params_full']:,} MLP params per rank, "
-                          f"1+1 all-reduce of {mlp['bytes_forward']:,} B per block; "
-                          f"fwd+bwd {mlp['ms_split']:.1f} ms split on {tp['world_size']} ranks vs "
-                          f"{mlp['ms_whole']:.1f} ms whole ({tp['hardware']})"},
-    ]
+    ours = {
+        "data": ("not run here", f"gradient all-reduce once per step; measured in {dp_scaling}"),
+        "model (pipeline)": (
+            f"measured ({pp['work']})",
+            f"{worst['schedule']} bubble {worst['bubble']:.2f} at m={worst['m']} -> "
+            f"{best['bubble']:.2f} at m={best['m']} (formula {bubble_formula(p, worst['m']):.2f} -> "
+            f"{bubble_formula(p, best['m']):.2f}), p={p}"),
+        "tensor": (
+            "measured (bytes counted, time one mean)",
+            f"{mlp['params_per_rank']:,}/{mlp['params_full']:,} MLP params per rank, "
+            f"{mlp['allreduce_forward']}+{mlp['allreduce_backward']} all-reduces of {mlp['bytes_forward']:,} B per block; "
+            f"fwd+bwd {mlp['ms_split']:.1f} ms split on {tp['world_size']} ranks vs "
+            f"{mlp['ms_whole']:.1f} ms whole ({tp['hardware']})"),
+    }
+    return [{"strategy": name, "what is split": split, "when to use": when, "kind": ours[name][0],
+             "this notebook": ours[name][1]} for name, (split, when) in SEED_003.items()]

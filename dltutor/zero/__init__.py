@@ -7,4 +7,5 @@
   fsdp.py    PyTorch's own sharding (FSDP2, fully_shard) on the same BERT: run, bytes held, formula
   runs.py    from the kernel: launch the DeepSpeed and FSDP2 labs and turn their reports into rows
   plots.py   the memory stack per stage, predicted vs measured, samples/s, loss curves
+  findings.py  the sentences of "what this run shows": fit on paper, budget, ratios, speed, FSDP2
 """

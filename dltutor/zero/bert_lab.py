@@ -171,8 +171,10 @@ def offload_mode(cfg: dict) -> str:
 
 
 def oom_line(phase: str, exc: BaseException) -> str:
+    """The phase, the allocator's first line and, under a budget, what the process held then."""
+    from dltutor.zero.budget import usage_note
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return f"OUT OF MEMORY during {phase}: {type(exc).__name__}: {first[:300]}"
+    return f"OUT OF MEMORY during {phase}: {type(exc).__name__}: {first[:300]}{usage_note()}"
 
 
 def report_oom(phase: str, exc: BaseException) -> None:

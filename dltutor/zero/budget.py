@@ -8,8 +8,9 @@
     (memory the caching allocator holds after warm-up + `mb` MiB) / the device's total memory;
     beyond it torch raises a real torch.cuda.OutOfMemoryError ("CUDA out of memory").
 Never a simulated check. `cap_kind(dev)` says which cap applies; `is_out_of_memory(text)`
-recognises either error in an exception or a log. Used by course/labs/04_deepspeed
-(`--mem-budget-mb`).
+recognises either error in an exception or a log; `usage_note()` says, when an allocation has
+failed, what the process held then beside its start-up memory and its limit (the OOM line).
+Used by course/labs/04_deepspeed (`--mem-budget-mb`).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import resource
 from dltutor.core.units import MiB
 
 BUDGET_ENV = "DLTUTOR_MEM_BUDGET_MB"
+APPLIED: dict = {}   # the budget this process runs under: start (bytes held then), limit, dev
 
 
 def data_segment_bytes() -> int:
@@ -114,6 +116,7 @@ def cap_device(mb: float, dev, warm: bool = True) -> int:
     total = torch.cuda.get_device_properties(dev).total_memory
     fraction = device_fraction(held, mb, total)
     torch.cuda.set_per_process_memory_fraction(fraction, dev)
+    APPLIED.update(start=held, limit=int(fraction * total), dev=dev)
     return int(fraction * total)
 
 
@@ -138,9 +141,28 @@ def apply_budget(mb: float | None = None, warm: bool = True, dev=None) -> int | 
     if warm:
         warm_up()
     _return_big_blocks()
-    limit = data_segment_bytes() + int(float(mb) * MiB)
+    start = data_segment_bytes()
+    limit = start + int(float(mb) * MiB)
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    APPLIED.update(start=start, limit=limit, dev=dev)
     return limit
+
+
+def held_now(dev=None) -> int:
+    """What the budget counts now: VmData on a CPU, the caching allocator's reserve on a GPU."""
+    if getattr(dev, "type", str(dev)) == "cuda":
+        import torch
+        return torch.cuda.memory_reserved(dev)
+    return data_segment_bytes()
+
+
+def usage_note() -> str:
+    """' [held X MiB, start-up S MiB, limit L MiB]' under a budget (measured now), else ''."""
+    if not APPLIED:
+        return ""
+    held = held_now(APPLIED["dev"])
+    return (f" [held {held / MiB:.0f} MiB, start-up {APPLIED['start'] / MiB:.0f} MiB, "
+            f"limit {APPLIED['limit'] / MiB:.0f} MiB]")
 
 
 def is_out_of_memory(text: str) -> bool:

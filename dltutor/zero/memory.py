@@ -3,12 +3,17 @@
 On paper (the seed's formula, bytes per device):
   M_m = k_l * p                      the model's parameters   (/ d at ZeRO stage 3)
   M_o = 3 * k_h * p                  Adam: fp32 master copy, momentum, variance (/ d at stage >= 1)
-  M_g = k_l * p                      the gradients            (/ d at stage >= 2)
+  M_g = k_g * p, k_g = k_l or k_h    the gradients            (/ d at stage >= 2)
   M_a ~ s*b*h*L*((16 k_l + 2) + (2 k_l + 1) * a * s / h)     activations (never partitioned)
 p parameters, k_l/k_h bytes of the low/high precision (2/4 in fp16 training, 4/4 in fp32),
 d data-parallel ranks, z the ZeRO stage, s sequence length, b micro-batch, h hidden size,
 L layers, a attention heads. In pure fp32 without ZeRO the parameters *are* the master copy, so
 M_o is 2 * k_h * p there (`master_copy=False`); every ZeRO stage keeps its own fp32 partition.
+Gradients: the seed bounds M_g by (k_l or k_h) * p; we use k_g = k_l (default), the gradients in
+the training precision as backward produces and reduces them. k_g = k_h counts them in fp32 (fp32
+gradient accumulation; DeepSpeed's CPU/NVMe offload keeps an fp32 gradient partition on the
+host). Without offload DeepSpeed converts one fp32 gradient partition per parameter group only
+for the optimizer step. In fp32 training k_l = k_h = 4 and both give the same bytes.
 
 Measured: `ModelStateMeter` sums the bytes of the tensors a rank really holds — parameters (for
 ZeRO-3 the partition `param.ds_tensor`), gradients and optimizer tensors (the engine's flat fp32
@@ -64,21 +69,20 @@ def activation_bytes(s: int, b: int, h: int, L: int, a: int, k_l: int = 2) -> fl
 
 def estimate_zero_memory(p: int, k_l: int = 2, k_h: int = 4, d: int = 1, z: int = 0, s: int = 0,
                          b: int = 0, h: int = 1, L: int = 0, a: int = 0,
-                         master_copy: bool | None = None) -> MemoryEstimate:
+                         master_copy: bool | None = None, k_g: int | None = None) -> MemoryEstimate:
     """The seed's M_m + M_o + M_g + M_a for `p` parameters at ZeRO stage `z` over `d` ranks.
 
     `master_copy=None` means: a separate fp32 master copy exists unless training is pure fp32
-    (k_l == k_h) without ZeRO (z == 0), where Adam updates the parameters themselves.
+    (k_l == k_h) without ZeRO (z == 0), where Adam updates the parameters themselves. `k_g`:
+    bytes per gradient, k_l when None (see the module's docstring).
     """
-    if z not in (0, 1, 2, 3):
-        raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3, not {z}")
-    if d < 1:
-        raise ValueError(f"d (data-parallel ranks) must be >= 1, not {d}")
+    if z not in (0, 1, 2, 3) or d < 1:
+        raise ValueError(f"need a ZeRO stage 0, 1, 2 or 3 (got {z}) and d >= 1 ranks (got {d})")
     if master_copy is None:
         master_copy = k_l != k_h or z >= 1
     M_m = k_l * p / (d if z >= 3 else 1)
     M_o = (3 if master_copy else 2) * k_h * p / (d if z >= 1 else 1)
-    M_g = k_l * p / (d if z >= 2 else 1)
+    M_g = (k_l if k_g is None else k_g) * p / (d if z >= 2 else 1)
     M_a = activation_bytes(s, b, h, L, a, k_l) if L else 0.0
     return MemoryEstimate(M_m, M_o, M_g, M_a, stage=z, d=d)
 

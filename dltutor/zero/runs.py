@@ -8,7 +8,7 @@ report into rows (one per config) that notebook 04 prints and plots.
 Memory in a row is per rank (rank 0), in MiB: `params_MiB` / `grads_MiB` / `optimizer_MiB` /
 `measured` are the model-state bytes the rank really held (dltutor.zero.memory.ModelStateMeter),
 `predicted` the formula's M_m + M_o + M_g for the same stage and d; `peak_rss` the process
-high-water mark.
+high-water mark; `samples_per_s_spread` half the min-max range of the per-step rates.
 """
 from __future__ import annotations
 
@@ -47,10 +47,20 @@ def row_of(m: dict, config: str, nproc: int) -> dict:
     row["predicted"] = pred.get("model_states", 0) / MiB
     row["ratio"] = row["measured"] / row["predicted"] if row["predicted"] else None
     row["samples_per_s"] = m.get("samples_per_s")
+    row["samples_per_s_spread"] = rate_spread(m.get("samples_per_s"), m.get("step_s"))
     row["peak_rss"] = (m.get("VmHWM") or m.get("peak_rss") or 0) / MiB
     row["losses"] = m.get("losses")
     row["budget_MiB"] = (m.get("budget_bytes") or 0) / MiB or None
     return row
+
+
+def rate_spread(samples_per_s, step_s) -> float | None:
+    """Half the min-max range of the per-step rates (each timed step alone); None below 2 steps."""
+    if not samples_per_s or not step_s or len(step_s) < 2:
+        return None
+    per_step = samples_per_s * sum(step_s) / len(step_s)      # samples in one step
+    rates = [per_step / t for t in step_s if t > 0]
+    return (max(rates) - min(rates)) / 2
 
 
 def _args(config: str, sizes: dict, budget_mb=None, nvme_dir=None) -> list[str]:

@@ -73,12 +73,14 @@ def run(args, cfg, ctx) -> dict:
                 raise FileNotFoundError(f"no DeepSpeed checkpoint in {args.checkpoint_dir}")
             start = int(client["step"])
         meter = memory.ModelStateMeter(engine.module, engine.optimizer)
-        losses, t0, timed = [], None, 0
+        losses, t0, timed, step_s = [], None, 0, []
         for step in range(start, args.num_iterations):
             phase = f"iteration {step}"
-            if step == start + 1:
+            if step >= start + 1:
                 synchronize(engine.device)
-                t0 = time.perf_counter()
+                now = time.perf_counter()
+                step_s += [now - t_step] if step > start + 1 else []   # each timed step alone
+                t0, t_step = t0 or now, now
             tokens, labels = bert_lab.rank_batch(args, ctx, step, engine.device)
             if step == args.measure_iter:
                 meter.arm()
@@ -95,6 +97,7 @@ def run(args, cfg, ctx) -> dict:
                                        client_state={"step": step + 1})
         synchronize(engine.device)
         elapsed = time.perf_counter() - t0 if t0 else float("nan")
+        step_s += [time.perf_counter() - t_step] if t0 else []
     except (RuntimeError, MemoryError) as exc:
         bert_lab.report_oom(phase, exc)
         raise
@@ -103,7 +106,7 @@ def run(args, cfg, ctx) -> dict:
     out = dict(lab="train_bert_ds", stage=stage, offload=bert_lab.offload_mode(cfg),
                dtype=args.dtype, params=n_params, start_step=start, losses=losses,
                samples_per_s=timed * args.batch_size * ctx.world_size / elapsed if timed
-               else None, model_state_bytes=meter.peak, predicted=est.as_dict(),
+               else None, step_s=step_s, model_state_bytes=meter.peak, predicted=est.as_dict(),
                **memory.peak_memory_bytes(engine.device))
     engine.destroy() if hasattr(engine, "destroy") else None
     return out

@@ -1,0 +1,132 @@
+"""Notebook 07's printed findings (dltutor.io.findings): each sentence follows the numbers each way
+(A ahead, B ahead, inside the spread), and the spreads come from the run's own batches and steps."""
+from __future__ import annotations
+
+import pytest
+
+from dltutor.core.findings import INCONCLUSIVE
+from dltutor.io import findings as F
+from dltutor.io import measure, starve
+
+
+def _read(fmt, asked, rate, spread=1.0, cache=None, workers=0, prefetch=2):
+    return {"format": fmt, "asked": asked, "cache": cache or asked, "samples_per_s": rate,
+            "spread_per_s": spread, "resident_before": 0.0 if asked == "cold" else 1.0,
+            "workers": workers, "prefetch": prefetch, "ttfb_s": 0.01 * (1 + workers)}
+
+
+def _reads(files_cold, shards_cold, spread=1.0):
+    return [_read("files", "cold", files_cold, spread), _read("files", "warm", 2000, spread),
+            _read("shards", "cold", shards_cold, spread), _read("shards", "warm", 2000, spread),
+            _read("memmap", "cold", 9000, spread), _read("memmap", "warm", 10000, spread)]
+
+
+def test_spreads_come_from_the_run():
+    assert measure.mean_spread([1.0]) == 0.0
+    assert measure.mean_spread([1.0, 3.0]) == pytest.approx(1.96 * 2 ** 0.5 / 2 ** 0.5)
+    assert measure.rate_spread(100.0, [0.1]) == 100.0          # one gap: cannot tell anything
+    assert measure.rate_spread(100.0, [0.1, 0.1, 0.1]) == pytest.approx(0.0, abs=1e-9)  # steady batches
+    rows = [{"wait_s": 9.0, "compute_s": 1.0}] + [{"wait_s": w, "compute_s": 1.0} for w in (1.0, 3.0)]
+    assert starve.share_spread(rows) == pytest.approx(measure.mean_spread([0.5, 0.75]))
+
+
+def test_formats_cold_shards_vs_files_each_way():
+    ahead = F.formats(_reads(files_cold=500, shards_cold=1500))
+    assert ahead[0] == ("Cold: shards 1,500 samples/s vs small files 500 samples/s: shards is 3.00x small "
+                        "files (the spreads, ±1 and ±1, do not cover the gap).")
+    behind = F.formats(_reads(files_cold=1500, shards_cold=500))
+    assert "shards is 0.33x small files" in behind[0]
+    tie = F.formats(_reads(files_cold=1000, shards_cold=1100, spread=80))
+    assert INCONCLUSIVE in tie[0]
+    assert any(s.startswith("Warm: memmap 10,000 samples/s vs small files (PNG) 2,000") for s in ahead)
+    assert "files: warm 2,000 samples/s vs cold 500" in " ".join(ahead)
+
+
+def test_formats_flags_a_pass_that_was_not_what_it_asked_for():
+    rows = _reads(500, 1500)
+    rows[0] = _read("files", "cold", 500, cache="partly cached")
+    assert "The cold pass of files found 0% of its files in RAM (partly cached)" in F.formats(rows)[-1]
+    assert not any("found" in s for s in F.formats(_reads(500, 1500)))
+
+
+def _sweep(w2_rate, pf8_rate, spread=1.0):
+    return [_read("files", "cold", 1000, spread, workers=0, prefetch=2),
+            _read("files", "cold", 1000, spread, workers=0, prefetch=8),
+            _read("files", "cold", w2_rate, spread, workers=2, prefetch=2),
+            _read("files", "cold", pf8_rate, spread, workers=2, prefetch=8)]
+
+
+def test_workers_each_way():
+    more = F.workers(_sweep(2000, 2000))
+    assert more[0].startswith("2 workers 2,000 samples/s vs 0 workers 1,000 samples/s: 2 workers is 2.00x")
+    assert INCONCLUSIVE not in more[0]
+    fewer = F.workers(_sweep(500, 500))
+    assert "2 workers is 0.50x 0 workers" in fewer[0]
+    noisy = F.workers(_sweep(1050, 2000, spread=100))
+    assert INCONCLUSIVE in noisy[0]
+    assert "prefetch_factor=8 2,000 samples/s vs prefetch_factor=2 1,050" in noisy[1] and INCONCLUSIVE not in noisy[1]
+    assert noisy[-1] == "Time to the first batch (one pass each, no spread): 10 ms with 0 workers, 30 ms with 2 workers."
+
+
+def _rank(rank, mode, rate, once=True, spread=1.0):
+    return {"rank": rank, "mode": mode, "samples": 256, "samples_per_s": rate, "spread_per_s": spread,
+            "exactly_once": once}
+
+
+def test_sharding_each_way():
+    out = F.sharding([_rank(0, "file-level shards", 900), _rank(1, "file-level shards", 1100),
+                      _rank(0, "DistributedSampler", 300), _rank(1, "DistributedSampler", 500)])
+    assert out[0] == "file-level shards: samples per rank 256, 256; every sample read exactly once."
+    assert "file-level shards is 2.50x DistributedSampler" in out[2]
+    out = F.sharding([_rank(0, "file-level shards", 300, once=False), _rank(0, "DistributedSampler", 320, spread=30)])
+    assert "NOT every sample exactly once" in out[0] and INCONCLUSIVE in out[2]
+
+
+def _staged(local, shared, same, break_even=None):
+    return {"format": "files", "break_even_epochs": break_even,
+            "copy": {"mb": 1.0, "seconds": 0.5, "src": "/a", "dst": "/b", "same_device": same},
+            "local": {"samples_per_s": local, "spread_per_s": 1.0},
+            "shared": {"samples_per_s": shared, "spread_per_s": 1.0}}
+
+
+def test_staging_each_way():
+    same = F.staging(_staged(1200, 1000, same=True))
+    assert "local is 1.20x shared" in same[1] and "SAME device" in same[2]
+    pays = F.staging(_staged(2000, 1000, same=False, break_even=3.25))
+    assert "local is 2.00x shared" in pays[1] and pays[2].startswith("Staging pays off after 3.2 epochs")
+    never = F.staging(_staged(900, 1000, same=False))
+    assert "local is 0.90x shared" in never[1] and never[2].startswith("Staging never pays off")
+
+
+def _steps(wait_ms, compute_ms, n=6, jitter=0.0):
+    return [{"step": k, "start": 0.0, "wait_s": (wait_ms + (jitter if k % 2 else -jitter)) / 1e3,
+             "compute_s": compute_ms / 1e3} for k in range(n)]
+
+
+def test_starving_light_starved_heavy_fed_and_the_reverse():
+    tl = {"light + files/w0": _steps(9, 1), "light + memmap/w0": _steps(1, 9),
+          "heavy + files/w0": _steps(1, 9), "heavy + memmap/w0": _steps(1, 99)}
+    out = F.starving(tl)
+    assert out[0].startswith("files/w0: wait share light 90% vs heavy 10%: light is 9.00x heavy")
+    assert "light model: starved (wait > 50% of the step) on 1 of 2 pipelines (files/w0)" in out[2]
+    assert "heavy model: starved (wait > 50% of the step) on 0 of 2 pipelines" in out[3]
+    assert out[-1] == "The same pipeline starved one model and fed another: files/w0."
+    tl = {"light + files/w0": _steps(1, 9), "heavy + files/w0": _steps(9, 1)}
+    assert "light is 0.11x heavy" in F.starving(tl)[0]
+
+
+def test_starving_inside_the_spread_is_inconclusive():
+    tl = {"light + files/w0": _steps(5, 5, jitter=4), "heavy + files/w0": _steps(4, 6, jitter=4)}
+    out = F.starving(tl)
+    assert INCONCLUSIVE in out[0]
+    assert "within the spread of the 50 % line (inconclusive here) for files/w0" in out[1]
+    assert out[-1] == "No pipeline here clearly starved one model and fed another."
+
+
+def test_exercise_prints_what_was_measured():
+    tl = {"mlp + files/w0": _steps(8, 2), "mlp + memmap/w0": _steps(0.2, 2)}
+    out = F.exercise(tl)
+    assert out[0].startswith("mlp + files/w0: a batch arrived after 8 ms of waiting, the step computed 2 ms")
+    assert out[0].endswith("-> starved.") and out[1].endswith("-> fed.")
+    assert out[-1] == "Starved in this run: mlp + files/w0."
+    assert F.exercise({"mlp + files/w0": _steps(0.2, 2)})[-1] == "Starved in this run: none."

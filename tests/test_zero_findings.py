@@ -1,0 +1,183 @@
+"""Notebook 04's printed findings (dltutor.zero.findings): each sentence follows the numbers, each
+way, and the paper verdict at the seed's sizes is pinned (issue #20)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dltutor.core.findings import INCONCLUSIVE
+from dltutor.core.units import GiB, MiB
+from dltutor.zero import bert_lab, budget, findings, memory, runs
+
+ROOT = Path(__file__).resolve().parents[1]
+NB = ROOT / "course" / "notebooks" / "04_deepspeed_out_of_core_bert.ipynb"
+SEED_ACT = dict(s=512, b=1, h=1024, L=192, a=16, k_l=2, k_h=4)   # notebook 04's `act`
+EX_ACT = dict(s=512, b=1, h=4096, L=48, a=32, k_l=2, k_h=4)      # its exercise's
+
+
+def seed_p() -> int:
+    return memory.seed_on_paper()["p"]
+
+
+# ------------------------------------------------------------------ the paper verdict (section 1)
+def test_seed_stage3_on_two_16gib_gpus_fails_on_model_states_alone():
+    p = seed_p()
+    est = memory.estimate_zero_memory(p, d=2, z=3, **SEED_ACT)
+    assert est.model_states > 16 * GiB          # 16 p / 2 = 18.5 GiB before any activation
+    assert est.model_states == pytest.approx(16 * p / 2)
+    lines = findings.fit_findings(p, 2, [16, 32], **SEED_ACT)
+    stage3 = next(s for s in lines if s.startswith("stage 3, d=2"))
+    assert "the model states alone already exceed" in stage3
+    assert "activations push" not in stage3
+
+
+def test_seed_stage3_needs_more_ranks_with_activations_than_model_states_alone():
+    p = seed_p()
+    with_a = memory.smallest_fitting_d(p, 16 * GiB, z=3, **SEED_ACT)
+    without = memory.smallest_fitting_d(p, 16 * GiB, z=3, k_l=2, k_h=4)
+    assert with_a > without
+    line = next(s for s in findings.fit_findings(p, 2, [16, 32], **SEED_ACT) if s.startswith("16 GiB"))
+    assert f"from d={with_a} counting the activations" in line
+    assert f"from d={without} counting the model states alone" in line
+    assert "no stage fits" in line
+
+
+def test_stage_fit_names_the_part_that_is_too_big_each_way():
+    dev = 16 * GiB
+    def est(states, act):
+        return memory.MemoryEstimate(M_m=states, M_o=0.0, M_g=0.0, M_a=act, stage=3, d=4)
+    assert "fits (" in findings.stage_fit(est(8 * GiB, 4 * GiB), dev)
+    assert "model states alone already exceed" in findings.stage_fit(est(17 * GiB, 1 * GiB), dev)
+    assert "activations push the total over" in findings.stage_fit(est(10 * GiB, 8 * GiB), dev)
+    assert "activations alone already exceed" in findings.stage_fit(est(1 * GiB, 17 * GiB), dev)
+
+
+def test_fit_findings_say_when_activations_do_not_change_the_answer():
+    p = seed_p()
+    line = next(s for s in findings.fit_findings(p, 2, [32], **SEED_ACT) if s.startswith("32 GiB"))
+    assert "stage 1 is the lowest that fits" in line and "do not change the answer" in line
+    huge = dict(SEED_ACT, L=192 * 40)           # activations alone bigger than the device
+    line = findings.fit_findings(p, 2, [16], per_stage=False, **huge)[0]
+    assert "fits at no d: the activations alone" in line
+
+
+def test_exercise_solution_matches_the_code():
+    p = 10_000_000_000
+    assert memory.smallest_fitting_d(p, 16 * GiB, z=3, **EX_ACT) == 14
+    assert memory.smallest_fitting_d(p, 80 * GiB, z=3, **EX_ACT) == 2
+    assert memory.smallest_fitting_d(p, 16 * GiB, z=3, k_l=2, k_h=4) == 10
+    solution = next(c for c in _cells("markdown") if "<summary><b>Solution" in c)
+    assert "**d = 14**" in solution and "**d = 2**" in solution and "10 and 2" in solution
+
+
+# ------------------------------------------------------------------ M_g: k_l or k_h
+def test_gradient_bytes_follow_k_g_and_agree_in_fp32():
+    p = 1000
+    assert memory.estimate_zero_memory(p, k_l=2, k_h=4).M_g == 2 * p        # default: k_l
+    assert memory.estimate_zero_memory(p, k_l=2, k_h=4, k_g=4).M_g == 4 * p
+    assert memory.estimate_zero_memory(p, k_l=2, k_h=4, k_g=4, d=4, z=2).M_g == p
+    fp32 = [memory.estimate_zero_memory(p, k_l=4, k_h=4, k_g=k).M_g for k in (None, 4)]
+    assert fp32[0] == fp32[1]
+
+
+# ------------------------------------------------------------------ measured rows
+def _row(config, measured, predicted, sps=None, spread=None, **kw):
+    return dict(config=config, label=runs.LABELS.get(config, config), measured=measured,
+                predicted=predicted, ratio=measured / predicted, samples_per_s=sps,
+                samples_per_s_spread=spread, **kw)
+
+
+def test_ratio_findings_sort_each_config_by_its_own_ratio():
+    rows = [_row("zero0", 102, 100), _row("zero3", 130, 100), _row("zero1", 70, 100)]
+    text = " ".join(findings.ratio_findings(rows))
+    assert "within 1 ± 0.1: stage 0 (1.02)" in text
+    assert "above it (more held than the formula): stage 3 (1.30)" in text
+    assert "below it (less held than the formula): stage 1 (0.70)" in text
+    flipped = [_row("zero0", 140, 100), _row("zero3", 99, 100)]
+    text = " ".join(findings.ratio_findings(flipped))
+    assert "within 1 ± 0.1: stage 3 (0.99)" in text and "above it" in text and "stage 0 (1.40)" in text
+    assert "below it" not in text
+
+
+def test_ratio_findings_compare_cpu_offload_with_stage3():
+    same = [_row("zero3", 100, 100), _row("zero3_offload_cpu", 101, 100)]
+    assert "unchanged within 5 %" in findings.ratio_findings(same)[-1]
+    less = [_row("zero3", 100, 100), _row("zero3_offload_cpu", 40, 100)]
+    assert "holds less" in findings.ratio_findings(less)[-1]
+
+
+def test_speed_findings_each_way_and_inconclusive():
+    base = _row("zero0", 1, 1, sps=10.0, spread=0.5)
+    slower = findings.speed_findings([base, _row("zero3", 1, 1, sps=5.0, spread=0.5)])[0]
+    assert "stage 3 is 0.50x stage 0" in slower
+    faster = findings.speed_findings([base, _row("zero3", 1, 1, sps=20.0, spread=0.5)])[0]
+    assert "stage 3 is 2.00x stage 0" in faster
+    noisy = findings.speed_findings([base, _row("zero3", 1, 1, sps=9.0, spread=2.0)])[0]
+    assert INCONCLUSIVE in noisy
+    single = findings.speed_findings([base, _row("zero3", 1, 1, sps=5.0, spread=None)])[0]
+    assert "no spread" in single
+
+
+def test_fsdp_findings_agree_or_differ_by_the_losses():
+    z0 = _row("zero0", 100, 100, losses=[6.0, 5.5, 5.0], ranks=2, params=1000)
+    same = _row("fsdp2", 50, 50, losses=[6.0, 5.5000001, 5.0], ranks=2, params=1000)
+    assert "they agree" in findings.fsdp_findings(same, z0)[0]
+    off = _row("fsdp2", 50, 50, losses=[6.0, 5.6, 5.0], ranks=2, params=1000)
+    assert "they differ beyond round-off" in findings.fsdp_findings(off, z0)[0]
+    per = findings.fsdp_findings(same, z0)[-1]
+    assert f"{50 * MiB * 2 / 1000:.1f} bytes per parameter" in per
+
+
+def test_budget_findings_read_the_oom_line():
+    oom = dict(oom=True, lines=[
+        "OUT OF MEMORY during iteration 0 (Adam step): RuntimeError: DefaultCPUAllocator: can't "
+        "allocate memory: you tried to allocate 78643200 bytes. [held 1300 MiB, start-up 1000 "
+        "MiB, limit 1320 MiB]"])
+    out = findings.budget_findings(oom, 19 * MiB, 320)     # 16 p = 304 MiB
+    assert "16 p = 304 MiB of model states vs a 320 MiB budget: 16 MiB left" in out[0]
+    assert "iteration 0 (Adam step)" in out[1]
+    assert "held 300 MiB beyond its start-up 1000 MiB (limit 1320 MiB), 4 MiB less than" in out[2]
+    oom["lines"] = [oom["lines"][0].replace("held 1300", "held 1316")]
+    assert "12 MiB more than the formula's 304 MiB" in findings.budget_findings(oom, 19 * MiB, 320)[2]
+    assert "asked for 75.0 MiB more" in out[3] and "55 MiB past the limit" in out[3]
+    over = findings.budget_findings(dict(oom=False), 30 * MiB // 16, 20)
+    assert "over it by 10 MiB" in over[0] and "did not run out of memory" in over[1]
+
+
+def test_usage_note_reports_what_the_process_held(monkeypatch):
+    monkeypatch.setattr(budget, "APPLIED", {})
+    assert budget.usage_note() == ""
+    start = budget.data_segment_bytes()
+    monkeypatch.setattr(budget, "APPLIED", dict(start=start, limit=start + 320 * MiB, dev="cpu"))
+    note = budget.usage_note()
+    assert f"start-up {start / MiB:.0f} MiB" in note and f"limit {(start + 320 * MiB) / MiB:.0f}" in note
+    assert note in bert_lab.oom_line("iteration 0", MemoryError("out of memory"))
+
+
+def test_rate_spread_is_half_the_range_of_per_step_rates():
+    # 4 samples per step; steps of 1 s and 2 s: rates 4 and 2 samples/s, mean rate 8/3
+    assert runs.rate_spread(8 / 3, [1.0, 2.0]) == pytest.approx(1.0)
+    assert runs.rate_spread(8 / 3, [1.0]) is None and runs.rate_spread(None, [1.0, 2.0]) is None
+    row = runs.row_of(dict(samples_per_s=4.0, step_s=[1.0, 1.0]), "zero0", 2)
+    assert row["samples_per_s_spread"] == 0.0
+
+
+# ------------------------------------------------------------------ the notebook prints them
+def _cells(kind: str) -> list[str]:
+    nb = json.loads(NB.read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == kind]
+
+
+def test_notebook_04_prints_its_findings_and_no_longer_states_them():
+    code = "\n".join(_cells("code"))
+    for name in ("fit_findings", "budget_findings", "ratio_findings", "speed_findings",
+                 "fsdp_findings"):
+        assert f"findings.{name}(" in code, f"notebook 04 does not print findings.{name}"
+    md = "\n".join(_cells("markdown"))
+    for stated in ("even stage 3 does not fit 16 GB because", "On a 32 GB GPU stage 1\nalready fits",
+                   "stages 0–2\nshould sit near 1", "so expect\nstage 3", "The losses lie on top",
+                   "Measured model-state bytes match the formula per stage"):
+        assert stated not in md, f"notebook 04 still states a result in prose: {stated!r}"
+    assert "Zero Redundancy Optimizer" in md and "k_g=4" in md and "16k_l + 2" in md
