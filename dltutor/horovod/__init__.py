@@ -4,4 +4,5 @@
   runs.py       from the kernel: run either lab, read its lines, tabulate, sweep a setting
   plots.py      the Horovod timeline, fusion and cycle-time sweeps, engine and scaling bars
   exercise.py   the write-Horovod's-lines exercise: launch the student's script, judge it
+  findings.py   what this run showed (scaling, engines, sweeps, timeline) as printed sentences
 """

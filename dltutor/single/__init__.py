@@ -4,4 +4,5 @@
   train.py   train/evaluate loops, History, checkpoint/resume, `fit`
   speed.py   images/s of several set-ups side by side (workers, on-device data, AMP, compile)
   plots.py   training curves, image grids, the per-epoch table
+  findings.py  what this run showed (speed variants, curves, batch sizes) as printed sentences
 """

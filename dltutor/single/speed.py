@@ -18,11 +18,13 @@ from dltutor.core.train_step import train_step
 from dltutor.single.train import default_optimizer
 
 NEEDS_GPU = "needs a GPU"
+CHUNKS = 5   # measure_throughput times its steps in up to 5 pieces: their range is the spread
 
 
 def measure_throughput(model, batches, steps: int = 20, warmup: int = 3, device=None, optimizer=None,
                        channels_last: bool = False, amp: bool = False) -> dict:
-    """Training images/s over `steps` timed steps (after `warmup` untimed ones), data loading included.
+    """Training images/s over `steps` timed steps (after `warmup` untimed ones), data loading included;
+    `spread` is half the range of the img/s of its (up to CHUNKS) separately timed pieces.
 
     `batches` is any iterable of (x, y): a DataLoader, a DeviceLoader or a list; it is re-iterated
     when it runs out."""
@@ -37,25 +39,40 @@ def measure_throughput(model, batches, steps: int = 20, warmup: int = 3, device=
             yield from batches
 
     it = stream()
-    images, t0 = 0, None
+    images, t0, rates = 0, None, []
+    per_chunk = max(1, -(-steps // CHUNKS))   # the timed steps in <= CHUNKS pieces, each timed alone
     for i in range(warmup + steps):
         if i == warmup:
             synchronize(device)
-            t0 = time.perf_counter()
+            t0 = tick = time.perf_counter()
+            chunk_images = 0
         x, y = next(it)
         x, y = to_device(x, device, channels_last), y.to(device, non_blocking=True)
         train_step(model, optimizer, x, y, autocast=lambda: autocast(device, amp))
         if i >= warmup:
             images += y.shape[0]
+            chunk_images += y.shape[0]
+            if (i - warmup + 1) % per_chunk == 0 or i == warmup + steps - 1:
+                synchronize(device)
+                now = time.perf_counter()
+                rates.append(chunk_images / (now - tick))
+                tick, chunk_images = now, 0
     synchronize(device)
     seconds = time.perf_counter() - t0
-    return {"img_per_s": images / seconds, "images": images, "seconds": seconds, "steps": steps}
+    return {"img_per_s": images / seconds, "images": images, "seconds": seconds, "steps": steps,
+            "spread": chunk_spread(rates)}
+
+
+def chunk_spread(rates) -> float:
+    """The spread of a throughput: half the range (max - min) of its chunks' img/s."""
+    return (max(rates) - min(rates)) / 2 if len(rates) > 1 else 0.0
 
 
 def compare_speed(make_model, train_ds, batch_size: int = 64, steps: int = 20, warmup: int = 3,
                   device=None, workers=(0, 2), try_compile: bool = True, seed: int = 0,
                   compile_note: str = "skipped") -> list[dict]:
-    """Rows {variant, img_per_s, speedup, status} for the "make one device fast" comparison.
+    """Rows {variant, img_per_s, spread, speedup, status} for the "make one device fast" comparison
+    (spread: half the range of its chunks' img/s, `chunk_spread`).
 
     make_model: a function returning a fresh model. try_compile=False reports torch.compile as
     `compile_note` (e.g. 'skipped in fast mode') instead of measuring it."""
@@ -66,13 +83,15 @@ def compare_speed(make_model, train_ds, batch_size: int = 64, steps: int = 20, w
     def run(batches, **kw):
         torch.manual_seed(seed)
         model = kw.pop("model", None) or make_model()
-        return measure_throughput(model, batches, steps, warmup, device, **kw)["img_per_s"]
+        return measure_throughput(model, batches, steps, warmup, device, **kw)
 
     rows = []
 
     def add(variant, fn):
         try:
-            rows.append({"variant": variant, "img_per_s": fn(), "status": "ok"})
+            got = fn()
+            rows.append({"variant": variant, "img_per_s": got["img_per_s"], "spread": got["spread"],
+                         "status": "ok"})
         except Exception as exc:  # reported in the table, not hidden
             msg = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else ""
             rows.append({"variant": variant, "img_per_s": None, "status": f"failed: {type(exc).__name__}: {msg}"})
@@ -97,7 +116,7 @@ def compare_speed(make_model, train_ds, batch_size: int = 64, steps: int = 20, w
             cmodel = torch.compile(model)
             result = measure_throughput(cmodel, on_dev, steps, warmup, device)
             rows_note["compile"] = time.perf_counter() - t0 - result["seconds"]
-            return result["img_per_s"]
+            return result
         rows_note = {}
         add("on device + torch.compile", compiled)
         if "compile" in rows_note and rows[-1]["status"] == "ok":
@@ -111,8 +130,9 @@ def compare_speed(make_model, train_ds, batch_size: int = 64, steps: int = 20, w
 
 
 def speed_table(rows: list[dict], title: str = "") -> str:
-    """The `compare_speed` rows as text (img/s, speed-up over the first row, status)."""
+    """The `compare_speed` rows as text (img/s, its spread, speed-up over the first row, status)."""
     shown = [{**r, "speedup": f"{r['speedup']:.2f}x" if r.get("speedup") else ""} for r in rows]
-    return format_table(shown, ["variant", "img_per_s", "speedup", "status"], title=title,
-                        headers={"img_per_s": "img/s", "speedup": "vs first"}, digits=0,
-                        left=("status",), missing="n/a")
+    return format_table(shown, ["variant", "img_per_s", "spread", "speedup", "status"], title=title,
+                        headers={"img_per_s": "img/s", "spread": "± (half range)",
+                                 "speedup": "vs first"},
+                        digits=0, left=("status",), missing="n/a")

@@ -1,0 +1,114 @@
+"""What notebook 03's runs showed, as sentences built from their numbers (dltutor.core.findings).
+
+    scaling(rows)            speed-up and efficiency of this run, beside seed 001's (a reference)
+    engines(hvd_rows, ddp)   Horovod vs DDP on the same work, or "inconclusive here"
+    sweep(name, points)      which value of one Horovod setting gave the shortest step
+    sweeps(fusion, cycle)    both of the notebook's sweeps
+    timeline(totals)         where rank 0's timeline spent its time
+    findings(...)            all of them, for the summary cell before the key takeaways
+
+A row's spread is the benchmark's 1.96-sigma interval over its timed iterations (`img_sec_conf`,
+per worker); a total over n workers carries n times it.
+"""
+from __future__ import annotations
+
+from dltutor.core import env
+from dltutor.core.findings import INCONCLUSIVE, against, compare, differs, fmt, trend
+from dltutor.ddp.scaling import weak_efficiency
+from dltutor.horovod.runs import SEED_1GPU_TOTAL, SEED_2GPU_TOTAL
+
+SEED_EFFICIENCY = weak_efficiency(SEED_2GPU_TOTAL, SEED_1GPU_TOTAL, 2)   # 0.968
+SEED_SOURCE = "seed 001 (2 nodes x 1 V100, mpirun_rsh; a REFERENCE, not measured here)"
+
+
+def total_spread(row: dict) -> float:
+    """Half-width of a row's total img/s: workers x the per-worker 1.96-sigma spread."""
+    return row["workers"] * row["img_sec_conf"]
+
+
+def efficiency_spread(row: dict, base: dict) -> float:
+    """Half-width of efficiency = total / (base total x scale): the relative spreads add up."""
+    eff = weak_efficiency(row["total_img_sec"], base["total_img_sec"], row["workers"] / base["workers"])
+    rel = total_spread(row) / row["total_img_sec"] + total_spread(base) / base["total_img_sec"]
+    return eff * rel
+
+
+def scaling(rows: list[dict]) -> list[str]:
+    """Sentences on one engine's scaling rows (fewest workers first is the base)."""
+    rows = sorted(rows, key=lambda r: r["workers"])
+    base, out = rows[0], []
+    if env.fast_mode():
+        out.append("FAST MODE: tiny images and a few timed steps, so compute is small and the "
+                   "all-reduce weighs far more than at full size; read the method, not the digits.")
+    for r in rows[1:]:
+        n, n0 = r["workers"], base["workers"]
+        out.append(compare(f"{n} workers", r["total_img_sec"], f"{n0} worker{'s' * (n0 > 1)}",
+                           base["total_img_sec"], unit="img/s in total",
+                           spread_a=total_spread(r), spread_b=total_spread(base)))
+        eff = weak_efficiency(r["total_img_sec"], base["total_img_sec"], n / n0)
+        out.append(against(f"scaling efficiency on {n} workers (±{efficiency_spread(r, base):.2f})",
+                           eff, SEED_EFFICIENCY, tolerance=efficiency_spread(r, base),
+                           source=SEED_SOURCE))
+    return out
+
+
+def engines(hvd_rows: list[dict], ddp_rows: list[dict]) -> list[str]:
+    """Horovod vs DDP at each worker count both engines ran."""
+    out = []
+    for d in sorted(ddp_rows, key=lambda r: r["workers"]):
+        h = next((r for r in hvd_rows if r["workers"] == d["workers"]), None)
+        if h is not None:
+            out.append(f"{d['workers']} workers: " + compare(
+                "Horovod", h["total_img_sec"], "DDP", d["total_img_sec"], unit="img/s",
+                spread_a=total_spread(h), spread_b=total_spread(d)))
+    return out
+
+
+def sweep(name: str, points, label=lambda v: f"{v:g}") -> list[str]:
+    """Sentences on a `runs.sweep_setting` result [(value, s/step, spread, run)]: lower is better."""
+    pts = sorted(points)
+    ms = [1000 * p[1] for p in pts]
+    spreads = [1000 * p[2] for p in pts]
+    if len(pts) < 2:
+        return [f"{name}: one value measured ({label(pts[0][0])}, {fmt(ms[0], 'ms')} per step); "
+                "nothing to rank."] if pts else []
+    out = [trend("Horovod's time per step", [label(p[0]) for p in pts], ms, x_name=name,
+                 unit="ms", spreads=spreads)]
+    best = min(range(len(pts)), key=lambda i: ms[i])
+    ties = [label(pts[i][0]) for i in range(len(pts))
+            if i != best and not differs(ms[best], ms[i], spreads[best], spreads[i])]
+    head = f"{name}={label(pts[best][0])} gave the shortest step ({fmt(ms[best], 'ms')} ±{fmt(spreads[best])})"
+    if ties:
+        out.append(f"{head}, but {', '.join(ties)} {'is' if len(ties) == 1 else 'are'} inside the "
+                   f"spreads: which setting is best is {INCONCLUSIVE}.")
+    else:
+        out.append(f"{head}, shorter than every other value beyond the spreads.")
+    return out
+
+
+def timeline(totals: dict) -> list[str]:
+    """Where rank 0's Horovod timeline spent its time (phases summed over tensors)."""
+    top = {k: v for k, v in totals.items() if k in ("negotiation", "all-reduce")}
+    if not top:
+        return ["The timeline holds no negotiation or all-reduce span (too few steps were traced)."]
+    whole = sum(top.values())
+    parts = ", ".join(f"{k} {fmt(v, 'ms')} ({v / whole:.0%})" for k, v in
+                      sorted(top.items(), key=lambda kv: -kv[1]))
+    inner = {k: v for k, v in totals.items() if k not in top}
+    tail = ""
+    if inner:
+        k, v = max(inner.items(), key=lambda kv: kv[1])
+        tail = f"; inside the operations, {k} took the most ({fmt(v, 'ms')})"
+    return [f"Rank 0's timeline, summed over tensors: {parts}{tail}."]
+
+
+def sweeps(fusion, cycle) -> list[str]:
+    """Both sweeps of notebook 03: fusion threshold (labelled in MiB) and cycle time (ms)."""
+    from dltutor.horovod.plots import fusion_label
+    return (sweep("HOROVOD_FUSION_THRESHOLD", fusion, lambda v: fusion_label(int(v)))
+            + sweep("HOROVOD_CYCLE_TIME", cycle, lambda v: f"{v:g} ms"))
+
+
+def findings(scaling_rows, hvd_rows, ddp_rows, fusion, cycle, totals) -> list[str]:
+    """All of notebook 03's findings, in the order of its sections."""
+    return scaling(scaling_rows) + engines(hvd_rows, ddp_rows) + sweeps(fusion, cycle) + timeline(totals)

@@ -1,0 +1,91 @@
+"""What notebook 01's runs showed, as sentences built from their numbers (dltutor.core.findings).
+
+    speed(rows)               each knob of `speed.compare_speed` against the set-up it changes
+    curves(history, n_test)   how the loss and the test accuracy moved over the epochs
+    batch_sizes(results)      the batch-size exercise: the fastest size, or "inconclusive here"
+
+A throughput's spread is half the range of its separately timed chunks (`speed.chunk_spread`); a
+test accuracy's is the 95 % binomial half-width on the test images (`accuracy_spread`).
+"""
+from __future__ import annotations
+
+import math
+
+from dltutor.core import env
+from dltutor.core.findings import INCONCLUSIVE, compare, differs, fmt, trend
+
+ON_DEVICE = "data on device"
+CHANCE = 0.10   # 10 classes: the accuracy of guessing
+
+
+def _reference(row: dict, rows: list[dict]) -> dict:
+    """The set-up a variant changes: 'on device + X' changes 'data on device', the rest row 0."""
+    if row["variant"].startswith("on device +"):
+        return next((r for r in rows if r["variant"] == ON_DEVICE), rows[0])
+    return rows[0]
+
+
+def speed(rows: list[dict]) -> list[str]:
+    """Which variant was fastest, and what each one did against the set-up it changes."""
+    measured = [r for r in rows if r.get("img_per_s")]
+    if not measured:
+        return ["No variant was measured."]
+    out = [] if not env.fast_mode() else [
+        "FAST MODE: a few timed steps per variant on a tiny model; the spreads are wide."]
+    ranked = sorted(measured, key=lambda r: -r["img_per_s"])
+    best = ranked[0]
+    head = f"Fastest here: {best['variant']} ({fmt(best['img_per_s'], 'img/s')})"
+    if len(ranked) > 1:
+        second = ranked[1]
+        if differs(best["img_per_s"], second["img_per_s"], best.get("spread", 0), second.get("spread", 0)):
+            head += f", ahead of every other variant beyond the spreads (next: {second['variant']})."
+        else:
+            head += (f", but {second['variant']} ({fmt(second['img_per_s'], 'img/s')}) is inside the "
+                     f"spreads: which is fastest is {INCONCLUSIVE}.")
+    out.append(head if head.endswith(".") else head + ".")
+    for r in measured:
+        ref = _reference(r, rows)
+        if r is ref or not ref.get("img_per_s"):
+            continue
+        out.append(compare(r["variant"], r["img_per_s"], ref["variant"], ref["img_per_s"],
+                           unit="img/s", spread_a=r.get("spread", 0), spread_b=ref.get("spread", 0)))
+    skipped = [f"{r['variant']}: {r['status']}" for r in rows if not r.get("img_per_s")]
+    if skipped:
+        out.append("Not measured in this run: " + "; ".join(skipped) + ".")
+    return out
+
+
+def accuracy_spread(acc: float, n_test: int) -> float:
+    """95 % half-width of an accuracy on `n_test` images."""
+    return 1.96 * math.sqrt(max(acc * (1 - acc), 0.0) / max(n_test, 1))
+
+
+def curves(history, n_test: int) -> list[str]:
+    """The loss over the epochs, the test accuracy first vs last epoch, and against guessing
+    (epochs counted from 1, as in the plot; accuracies in %)."""
+    epochs = [e + 1 for e in history.epoch]
+    out = [trend("training loss", epochs, history.train_loss, x_name="epoch")]
+    first, last = history.test_acc[0], history.test_acc[-1]
+    s0, s1 = accuracy_spread(first, n_test), accuracy_spread(last, n_test)
+    if len(epochs) > 1:
+        out.append(compare(f"test accuracy after epoch {epochs[-1]}", 100 * last,
+                           f"after epoch {epochs[0]}", 100 * first, unit="%",
+                           spread_a=100 * s1, spread_b=100 * s0))
+    out.append(compare("final test accuracy", 100 * last, "guessing", 100 * CHANCE, unit="%",
+                       spread_a=100 * s1))
+    return out
+
+
+def batch_sizes(results: dict, spreads: dict | None = None) -> list[str]:
+    """The batch-size exercise: {batch size: img/s} (and their spreads) -> the fastest, or a tie."""
+    spreads = spreads or {}
+    ranked = sorted(results, key=lambda b: -results[b])
+    best = ranked[0]
+    out = [f"Fastest batch size here: {best} ({fmt(results[best], 'img/s')})."]
+    if len(ranked) > 1:
+        nxt = ranked[1]
+        out.append(compare(f"batch {best}", results[best], f"batch {nxt}", results[nxt], unit="img/s",
+                           spread_a=spreads.get(best, 0), spread_b=spreads.get(nxt, 0)))
+    if not spreads:
+        out.append("One measurement per size and no spread: rerun it before trusting the order.")
+    return out

@@ -1,0 +1,94 @@
+"""Notebook 03's findings: each sentence follows the numbers (either engine / setting can win, or
+the spreads cover the gap and it says so)."""
+from __future__ import annotations
+
+import pytest
+
+from dltutor.core.findings import INCONCLUSIVE
+from dltutor.horovod import findings as hf
+from dltutor.horovod.runs import SEED_1GPU_TOTAL, SEED_2GPU_TOTAL
+
+
+@pytest.fixture(autouse=True)
+def full_mode(monkeypatch):
+    monkeypatch.setenv("DLTUTOR_FAST", "0")
+
+
+def row(engine, workers, total, conf_per_worker):
+    return {"engine": engine, "workers": workers, "total_img_sec": total,
+            "img_sec_per_worker": total / workers, "img_sec_conf": conf_per_worker}
+
+
+def test_engines_horovod_wins_ddp_wins_or_inconclusive():
+    fast_hvd = hf.engines([row("horovod", 2, 100.0, 1.0)], [row("ddp", 2, 80.0, 1.0)])
+    assert fast_hvd == ["2 workers: Horovod 100 img/s vs DDP 80 img/s: Horovod is 1.25x DDP "
+                        "(the spreads, ±2 and ±2, do not cover the gap)."]
+    slow_hvd = hf.engines([row("horovod", 2, 60.0, 1.0)], [row("ddp", 2, 80.0, 1.0)])
+    assert "Horovod is 0.75x DDP" in slow_hvd[0]
+    noisy = hf.engines([row("horovod", 2, 78.0, 5.0)], [row("ddp", 2, 80.0, 5.0)])
+    assert INCONCLUSIVE in noisy[0] and "x DDP" not in noisy[0]
+    assert hf.engines([row("horovod", 1, 50.0, 1.0)], [row("ddp", 2, 80.0, 1.0)]) == []
+
+
+def test_scaling_against_the_seed_above_below_and_agreeing():
+    def say(total_2, conf_2):
+        return hf.scaling([row("horovod", 2, total_2, conf_2), row("horovod", 1, 50.0, 0.1)])
+    good = say(2 * 50.0 * 0.968, 0.1)        # the seed's efficiency, tight spreads
+    assert "2 workers" in good[0] and "2 workers is 1.94x 1 worker" in good[0]
+    assert "they agree" in good[1] and "seed 001" in good[1]
+    poor = say(55.0, 0.1)                    # efficiency 0.55
+    assert "below it by" in poor[1] and "0.55 measured" in poor[1]
+    no_gain = say(51.0, 2.0)                 # 2 workers not faster beyond the spread
+    assert INCONCLUSIVE in no_gain[0]
+    assert hf.SEED_EFFICIENCY == pytest.approx(SEED_2GPU_TOTAL / SEED_1GPU_TOTAL / 2)
+
+
+def test_scaling_says_fast_mode(monkeypatch):
+    monkeypatch.setenv("DLTUTOR_FAST", "1")
+    out = hf.scaling([row("horovod", 1, 50.0, 0.1), row("horovod", 2, 90.0, 0.1)])
+    assert out[0].startswith("FAST MODE")
+
+
+def points(*step_ms_and_spread):
+    return [(v, ms / 1000, sp / 1000, f"run {v}") for v, (ms, sp) in zip((1, 10, 50), step_ms_and_spread)]
+
+
+def test_sweep_names_the_best_value_either_way_or_a_tie():
+    low_wins = hf.sweep("HOROVOD_CYCLE_TIME", points((100, 2), (150, 2), (200, 2)))
+    assert "rises as HOROVOD_CYCLE_TIME grows" in low_wins[0]
+    assert "HOROVOD_CYCLE_TIME=1 gave the shortest step" in low_wins[1]
+    assert "beyond the spreads" in low_wins[1]
+    high_wins = hf.sweep("HOROVOD_CYCLE_TIME", points((200, 2), (150, 2), (100, 2)))
+    assert "falls" in high_wins[0] and "HOROVOD_CYCLE_TIME=50 gave the shortest step" in high_wins[1]
+    tie = hf.sweep("HOROVOD_CYCLE_TIME", points((100, 30), (110, 30), (200, 2)))
+    assert "=1 gave the shortest step" in tie[1] and INCONCLUSIVE in tie[1] and "but 10 is" in tie[1]
+    assert "nothing to rank" in hf.sweep("X", points((100, 2)))[0]
+
+
+def test_findings_labels_the_fusion_values_and_reads_the_timeline():
+    fusion = [(0.0, 0.2, 0.001, "off"), (32 * 2 ** 20, 0.1, 0.001, "lab")]
+    out = hf.findings([row("horovod", 1, 50.0, 0.1), row("horovod", 2, 90.0, 0.1)],
+                      [row("horovod", 2, 90.0, 0.1)], [row("ddp", 2, 95.0, 0.1)], fusion,
+                      points((100, 2), (150, 2)), {"all-reduce": 30.0, "negotiation": 10.0,
+                                                    "gloo_allreduce": 20.0, "queue": 5.0})
+    text = "\n".join(out)
+    assert "HOROVOD_FUSION_THRESHOLD=32 MiB gave the shortest step" in text and "0 (off)" in text
+    assert "all-reduce 30 ms (75%), negotiation 10 ms (25%)" in text
+    assert "gloo_allreduce took the most (20 ms)" in text
+    assert "negotiation 30 ms (75%)" in hf.timeline({"all-reduce": 10.0, "negotiation": 30.0})[0]
+    assert "no negotiation" in hf.timeline({})[0]
+
+
+def test_notebook_03_prints_each_finding_and_its_takeaways_state_no_outcome():
+    from pathlib import Path
+
+    import nbformat
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "course/notebooks/03_horovod_synthetic_resnet50.ipynb",
+                       as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for call in ("hvd_findings.scaling(", "hvd_findings.engines(", "hvd_findings.sweeps(",
+                 "hvd_findings.timeline(", "hvd_findings.findings("):
+        assert f"findings.show({call}" in code, f"notebook 03 should print {call}...)"
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for seen in ("land close to each other", "expect an efficiency well below", "they\nusually overlap"):
+        assert seen not in md, f"notebook 03 states an outcome in prose: {seen!r}"

@@ -1,0 +1,105 @@
+"""Notebook 01's findings: each sentence follows the numbers (either variant / batch size can win,
+or the spreads cover the gap and it says so), and the throughput's spread is measured."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dltutor.core.findings import INCONCLUSIVE
+from dltutor.single import findings as sf
+from dltutor.single import models, speed
+from dltutor.single.train import History
+
+
+@pytest.fixture(autouse=True)
+def full_mode(monkeypatch):
+    monkeypatch.setenv("DLTUTOR_FAST", "0")
+
+
+def rows(w0, w2, dev, cl, spread=1.0):
+    out = [{"variant": "DataLoader, 0 workers", "img_per_s": w0, "spread": spread, "status": "ok"},
+           {"variant": "DataLoader, 2 workers", "img_per_s": w2, "spread": spread, "status": "ok"},
+           {"variant": "data on device", "img_per_s": dev, "spread": spread, "status": "ok"},
+           {"variant": "on device + channels_last", "img_per_s": cl, "spread": spread, "status": "ok"},
+           {"variant": "on device + AMP (bf16)", "img_per_s": None, "status": "needs a GPU"}]
+    return out
+
+
+def test_speed_names_the_fastest_and_each_knob_against_what_it_changes():
+    out = sf.speed(rows(100.0, 150.0, 200.0, 300.0))
+    assert out[0].startswith("Fastest here: on device + channels_last (300 img/s), ahead of every")
+    assert "DataLoader, 2 workers is 1.50x DataLoader, 0 workers" in out[1]
+    assert "data on device is 2.00x DataLoader, 0 workers" in out[2]
+    assert "on device + channels_last is 1.50x data on device" in out[3]   # against on-device, not row 0
+    assert out[-1] == "Not measured in this run: on device + AMP (bf16): needs a GPU."
+    slow = sf.speed(rows(300.0, 150.0, 200.0, 100.0))
+    assert slow[0].startswith("Fastest here: DataLoader, 0 workers")
+    assert "DataLoader, 2 workers is 0.50x" in slow[1] and "channels_last is 0.50x data on device" in slow[3]
+
+
+def test_speed_says_inconclusive_inside_the_spreads():
+    out = sf.speed(rows(100.0, 102.0, 101.0, 103.0, spread=5.0))
+    assert INCONCLUSIVE in out[0] and "ahead of" not in out[0]
+    assert all(INCONCLUSIVE in s for s in out[1:4])
+
+
+def test_speed_says_fast_mode_and_handles_nothing_measured(monkeypatch):
+    assert sf.speed([{"variant": "x", "img_per_s": None, "status": "failed"}]) == ["No variant was measured."]
+    monkeypatch.setenv("DLTUTOR_FAST", "1")
+    assert sf.speed(rows(1.0, 2.0, 3.0, 4.0))[0].startswith("FAST MODE")
+
+
+def history(loss, acc):
+    h = History()
+    for i, (l, a) in enumerate(zip(loss, acc)):   # fit counts epochs from 0
+        h.append(epoch=i, train_loss=l, train_acc=a, test_loss=l, test_acc=a, img_per_s=1.0, seconds=1.0)
+    return h
+
+
+def test_curves_each_way():
+    learnt = sf.curves(history([2.0, 1.5, 1.0], [0.30, 0.50, 0.70]), n_test=10_000)
+    assert "training loss falls as epoch grows: 2 at epoch=1," in learnt[0]   # epochs from 1
+    assert "test accuracy after epoch 3 70% vs after epoch 1 30%: test accuracy after epoch 3 is 2.33x" in learnt[1]
+    assert "final test accuracy 70% vs guessing 10%: final test accuracy is 7.00x guessing" in learnt[2]
+    worse = sf.curves(history([1.0, 1.5], [0.70, 0.30]), n_test=10_000)
+    assert "rises" in worse[0] and "is 0.43x" in worse[1]
+    small = sf.curves(history([2.3, 2.29], [0.11, 0.12]), n_test=100)   # ±0.06 on 100 images
+    assert INCONCLUSIVE in small[1] and INCONCLUSIVE in small[2]
+    assert sf.accuracy_spread(0.5, 100) == pytest.approx(0.098)
+
+
+def test_batch_sizes_each_way_and_without_spreads():
+    big = sf.batch_sizes({16: 100.0, 64: 200.0, 256: 300.0}, {16: 1.0, 64: 1.0, 256: 1.0})
+    assert big[0] == "Fastest batch size here: 256 (300 img/s)." and "batch 256 is 1.50x batch 64" in big[1]
+    assert len(big) == 2
+    small = sf.batch_sizes({16: 300.0, 64: 200.0, 256: 100.0}, {16: 1.0, 64: 1.0, 256: 1.0})
+    assert small[0].startswith("Fastest batch size here: 16")
+    tie = sf.batch_sizes({16: 300.0, 64: 298.0}, {16: 5.0, 64: 5.0})
+    assert INCONCLUSIVE in tie[1]
+    bare = sf.batch_sizes({16: 300.0, 64: 200.0})
+    assert "no spread" in bare[-1]
+
+
+def test_measure_throughput_reports_the_spread_of_its_chunks():
+    assert speed.chunk_spread([10.0, 14.0, 12.0]) == 2.0 and speed.chunk_spread([5.0]) == 0.0
+    torch.manual_seed(0)
+    batches = [(torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,)))]
+    got = speed.measure_throughput(models.cifar_resnet(width=4, blocks=(1, 1)), batches, steps=3,
+                                   warmup=1, device="cpu")
+    assert got["images"] == 12 and got["spread"] > 0
+    table = speed.speed_table([{"variant": "v", "img_per_s": got["img_per_s"], "spread": got["spread"],
+                                "speedup": 1.0, "status": "ok"}])
+    assert "± (half range)" in table
+
+
+def test_notebook_01_prints_each_finding():
+    from pathlib import Path
+
+    import nbformat
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "course/notebooks/01_single_gpu_cifar10.ipynb",
+                       as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for call in ("single_findings.curves(", "single_findings.speed(", "single_findings.batch_sizes("):
+        assert f"findings.show({call}" in code, f"notebook 01 should print {call}...)"
+    solution = next(c.source for c in nb.cells if "Reference solution" in c.source)
+    assert 'got["spread"]' in solution, "the batch-size solution should keep each size's spread"
