@@ -17,6 +17,7 @@ from dltutor.core import units
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "course" / "labs" / "05_allreduce" / "allreduce_bench.py"
+HIER_LAB = LAB.with_name("hierarchical_allreduce.py")
 WORKER = Path(__file__).resolve().parent / "collectives_worker.py"
 
 
@@ -206,6 +207,30 @@ def test_lab_tiny_on_two_ranks_prints_parsable_summary():
         assert r["time_s"] > 0 and r["busbw_GBps"] == pytest.approx(r["algbw_GBps"])  # N=2: factor 1
     assert len(s["pingpong"]) == 3 and s["alpha_s"] >= 0 and s["beta_s_per_byte"] >= 0
     assert "busbw GB/s" in out and "ring" in out
+
+
+@pytest.mark.slow
+def test_hierarchical_allreduce_on_four_ranks_as_two_nodes():
+    """4 gloo ranks as 2 "nodes" x 2: the groups are {0,1},{2,3} inside and {0,2},{1,3} across, and
+    the 2-D all-reduce equals dist.all_reduce (int64 exactly, float32 allclose; the lab exits 1
+    on a mismatch)."""
+    metrics, out = torchrun(HIER_LAB, 4, "--tiny", "--per-node", "2")
+    assert [m["rank"] for m in metrics] == [0, 1, 2, 3]
+    assert [m["groups"] for m in metrics] == [
+        {"intra": [0, 1], "inter": [0, 2]}, {"intra": [0, 1], "inter": [1, 3]},
+        {"intra": [2, 3], "inter": [0, 2]}, {"intra": [2, 3], "inter": [1, 3]}]
+    s = metrics[0]
+    assert s["per_node"] == 2 and s["nodes"] == 2 and s["backend"] == "gloo"
+    assert len(s["checks"]) == 4 and all(s["checks"].values()), s["checks"]
+    assert {r["algorithm"] for r in s["results"]} == {"hierarchical", "ring", "gloo"}
+    assert all(r["time_s"] > 0 for r in s["results"]) and "check hierarchical" in out
+
+
+def test_hierarchical_lab_runs_as_one_process():
+    p = subprocess.run([sys.executable, str(HIER_LAB), "--tiny", "--passes", "1"], capture_output=True,
+                       text=True, timeout=240, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "1 node(s) x 1" in p.stdout and "intra-node group [0]" in p.stdout
 
 
 def test_lab_help_shows_defaults():

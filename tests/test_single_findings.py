@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dltutor.core.findings import INCONCLUSIVE
+from dltutor.core.findings import INCONCLUSIVE, accuracy_halfwidth
 from dltutor.single import findings as sf
 from dltutor.single import models, speed
 from dltutor.single.train import History
@@ -65,7 +65,7 @@ def test_curves_each_way():
     assert "rises" in worse[0] and "is 0.43x" in worse[1]
     small = sf.curves(history([2.3, 2.29], [0.11, 0.12]), n_test=100)   # ±0.06 on 100 images
     assert INCONCLUSIVE in small[1] and INCONCLUSIVE in small[2]
-    assert sf.accuracy_spread(0.5, 100) == pytest.approx(0.098)
+    assert accuracy_halfwidth(0.5, 100) == pytest.approx(0.098)
 
 
 def test_batch_sizes_each_way_and_without_spreads():

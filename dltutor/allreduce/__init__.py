@@ -1,8 +1,14 @@
 """allreduce: notebook 05 and lab 05 (course/labs/05_allreduce): ring all-reduce, seen and measured.
 
-  ring.py         the step model: who holds which chunk after every step (the seed's labels)
-  cost.py         alpha-beta cost models, their fits, nccl-tests' algbw/busbw
-  collectives.py  ring and other all-reduces from point-to-point messages, checked against torch's
-  visualizer.py   the ring widget (ipywidgets) and the plots of notebook 05
-  exercise.py     the exercise: one reduce-scatter step on p2p, run on 3 ranks, checked
+  ring.py          the step model: who holds which chunk after every step (the seed's labels)
+  cost.py          alpha-beta cost models (flat and hierarchical), their fits, nccl-tests' algbw/busbw
+  collectives.py   ring and other all-reduces from point-to-point messages, checked against torch's
+  hierarchical.py  process groups for "nodes" and the hierarchical (2-D) all-reduce built on them
+  sweep.py         what both labs share: the timing passes, result rows, process group, launch
+  findings.py      the sentences notebook 05 prints about what this run measured
+  landscape.py     the communication libraries of seed 000 (MPI, NCCL, RCCL, oneCCL, Gloo)
+  visualizer.py    the ring widget (ipywidgets) and the plots of notebook 05
+  exercise.py      the exercise: one reduce-scatter step on p2p, run on 3 ranks, checked
+  param_server.py  a parameter server beside ring all-reduce (lab ps_bench.py)
+  async_sgd.py     asynchronous SGD's stale gradients, simulated in one process
 """

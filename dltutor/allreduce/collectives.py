@@ -1,7 +1,8 @@
 """Collectives built from point-to-point messages, so a student can see what all_reduce does.
 
 Inside a launched task (a process group is initialised, see `dltutor.core.dist`):
-- `ring_allreduce(t)`            reduce-scatter then all-gather around the ring (what NCCL/Gloo do)
+- `ring_allreduce(t)`            reduce-scatter then all-gather around the ring (what NCCL/Gloo do),
+                                 each phase a `ring_phase(t, phase, group)`
 - `reduce_bcast_allreduce(t)`    every rank sends to rank 0, which sums and sends back (a
                                  parameter server): simple, but rank 0's link carries 2(N-1)·D
 - `recursive_doubling_allreduce(t)` log2 N rounds of pairwise exchange; non-power-of-two N folds
@@ -24,7 +25,6 @@ import torch
 import torch.distributed as dist
 
 from dltutor.allreduce.ring import chunk_bounds, sent_chunk
-from dltutor.core import course
 from dltutor.core.device import device as rank_device
 from dltutor.core.device import synchronize
 from dltutor.core.units import MiB
@@ -89,6 +89,16 @@ def ring_allreduce(tensor: torch.Tensor, group=None, segment_bytes: int = SEGMEN
     Each rank sends 2(N-1) chunks of about D/N bytes (see `dltutor.allreduce.ring`); a chunk longer
     than `segment_bytes` goes as several messages, so the adding overlaps the receiving.
     """
+    for phase in ("reduce-scatter", "all-gather"):
+        ring_phase(tensor, phase, group, segment_bytes)
+    return tensor
+
+
+def ring_phase(tensor: torch.Tensor, phase: str, group=None,
+               segment_bytes: int = SEGMENT_BYTES) -> torch.Tensor:
+    """One phase of the ring on `group`, in place: 'reduce-scatter' (N-1 steps that add; rank r
+    then owns the complete chunk (r + 1) mod N, `ring.owner_after_reduce_scatter`) or 'all-gather'
+    (N-1 steps that copy each rank's complete chunk to all). Chunks follow `ring.chunk_bounds`."""
     n, r = dist.get_world_size(group), dist.get_rank(group)
     if n == 1:
         return tensor
@@ -99,25 +109,21 @@ def ring_allreduce(tensor: torch.Tensor, group=None, segment_bytes: int = SEGMEN
         right, left = dist.get_global_rank(group, right), dist.get_global_rank(group, left)
     buf = scratch(bounds[0][1] - bounds[0][0], flat.dtype, flat.device)  # chunk 0 is the longest
     seg = max(1, segment_bytes // flat.element_size())
+    add = phase == "reduce-scatter"
 
     def segments(a, b):  # long chunks travel in pieces: adding piece k overlaps receiving k+1
         return [(i, min(i + seg, b)) for i in range(a, b, seg)]
 
-    def step(send_c, recv_c, add):
-        (s0, s1), (r0, r1) = bounds[send_c], bounds[recv_c]
+    for s in range(1, n):  # what the left neighbour sends, arrives here
+        (s0, s1), (r0, r1) = bounds[sent_chunk(r, s, n, phase)], bounds[sent_chunk(r - 1, s, n, phase)]
         pieces = segments(r0, r1)  # empty chunks (length < N): no message at all
 
-        def add_piece(i):
+        def add_piece(i, pieces=pieces, r0=r0):
             a, b = pieces[i]
             flat[a:b] += buf[a - r0:b - r0]
         exchange([(flat[a:b], right) for a, b in segments(s0, s1)],
                  [(buf[a - r0:b - r0] if add else flat[a:b], left) for a, b in pieces],
                  group, on_recv=add_piece if add else None)
-
-    for phase in ("reduce-scatter", "all-gather"):  # what the left neighbour sends, arrives here
-        for s in range(1, n):
-            step(sent_chunk(r, s, n, phase), sent_chunk(r - 1, s, n, phase),
-                 add=phase == "reduce-scatter")
     return tensor
 
 
@@ -275,14 +281,10 @@ def measure_allreduce(nproc: int = 2, sizes=("1KiB", "1MiB"), algorithms=None, i
     than cores (the ranks then share cores: say so wherever the numbers are shown). `env` adds
     variables for the ranks (dltutor.core.device.RankPlan.env: the CPU on a node with too few GPUs).
     """
-    from dltutor.launch.run import launch
+    from dltutor.allreduce.sweep import run_lab
     args = ["--sizes", ",".join(str(s).replace(" ", "") for s in sizes), "--iters", str(iters),
             "--warmup", str(warmup), "--mode", mode, "--dtype", dtype, "--passes", str(passes)]
     if algorithms:
         args += ["--algorithms", ",".join(algorithms)]
-    res = launch(str(course.lab("05_allreduce/allreduce_bench.py")), nproc=nproc, args=args,
-                 timeout=timeout, echo=echo, oversubscribe=oversubscribe, env=env)
-    summary = [m for m in res.metrics if m.get("rank") == 0 and "results" in m]
-    if not summary:
-        raise RuntimeError(f"the lab printed no summary line on rank 0 (logs: {res.log_dir})")
-    return summary[0]
+    return run_lab("allreduce_bench.py", nproc, args, timeout=timeout, echo=echo,
+                   oversubscribe=oversubscribe, env=env)[0]

@@ -187,15 +187,68 @@ def compare_fits(summary: dict) -> dict:
     return out
 
 
-def winners(summary: dict) -> list[tuple[int, str, float]]:
-    """For each size: (bytes, fastest algorithm, its time) in a lab summary."""
-    best: dict[int, tuple[str, float]] = {}
-    for r in summary["results"]:
-        if r["bytes"] not in best or r["time_s"] < best[r["bytes"]][1]:
-            best[r["bytes"]] = (r["algorithm"], r["time_s"])
-    return [(d, a, t) for d, (a, t) in sorted(best.items())]
-
-
 def best_algorithm(n: int, nbytes: float, alpha: float, beta: float, algorithms=ALGORITHMS) -> str:
     """The algorithm with the smallest modelled time for N = n ranks and D = nbytes."""
     return min(algorithms, key=lambda a: model_time(a, n, nbytes, alpha, beta))
+
+
+# ---- two kinds of links: the hierarchical (2-D) all-reduce on M nodes x L ranks (seed 004's "2D-torus")
+def hierarchical_time(nodes: int, per_node: int, nbytes, intra, inter):
+    """Modelled time of the 2-D all-reduce on N = M·L ranks (M = `nodes`, L = `per_node`); `intra`
+    and `inter` are the (alpha, beta) of the links inside a node and between nodes:
+    ring reduce-scatter inside the node, ring all-reduce of each D/L shard across the nodes, ring
+    all-gather inside the node:
+      T = 2(L-1)·(α_intra + D/L·β_intra) + 2(M-1)·α_inter + 2(M-1)/M·(D/L)·β_inter
+    """
+    (ai, bi), (ao, bo) = intra, inter
+    m, l, d = int(nodes), int(per_node), np.asarray(nbytes, dtype=float)
+    return 2 * (l - 1) * (ai + d / l * bi) + 2 * (m - 1) * ao + 2 * (m - 1) / m * (d / l) * bo
+
+
+def flat_ring_time(nodes: int, per_node: int, nbytes, intra, inter):
+    """Modelled time of one ring over all N = M·L ranks, numbered node by node. Every step moves D/N
+    on every link at once and ends when its slowest link does: an inter-node link once M > 1.
+      T = 2(N-1)·(α + D/N·β), with (α, β) = `inter` when M > 1, `intra` when M = 1."""
+    n = int(nodes) * int(per_node)
+    alpha, beta = inter if nodes > 1 else intra
+    return 2 * (n - 1) * (alpha + np.asarray(nbytes, dtype=float) / n * beta)
+
+
+def hierarchical_saving(nodes: int, per_node: int, nbytes, intra, inter):
+    """flat ring time - hierarchical time (> 0: the 2-D all-reduce wins). For M > 1 it works out as
+      2(L-1)·(M·α_inter - α_intra) + 2(L-1)/L·D·(β_inter - β_intra):
+    the 2-D scheme wins at every size when the links inside a node are at least as fast as
+    those between nodes, and it saves latency steps even when all links are alike."""
+    return (flat_ring_time(nodes, per_node, nbytes, intra, inter)
+            - hierarchical_time(nodes, per_node, nbytes, intra, inter))
+
+
+def hierarchical_crossover(nodes: int, per_node: int, intra, inter) -> float | None:
+    """The size D where the flat ring and the 2-D all-reduce take equal modelled time (M > 1):
+    D* = L·(M·α_inter - α_intra) / (β_intra - β_inter); None when the sign never changes."""
+    (ai, bi), (ao, bo) = intra, inter
+    if nodes < 2 or per_node < 2 or bi == bo:
+        return None
+    d = per_node * (nodes * ao - ai) / (bi - bo)
+    return float(d) if d > 0 else None
+
+
+def hierarchical_rows(nodes: int, per_node: int, sizes, intra, inter) -> list[dict]:
+    """Per size: the modelled flat ring and 2-D times (ms) and their ratio (> 1: 2-D is faster)."""
+    rows = []
+    for d in sizes:
+        flat = float(flat_ring_time(nodes, per_node, d, intra, inter))
+        two_d = float(hierarchical_time(nodes, per_node, d, intra, inter))
+        rows.append({"D": d, "flat ring (ms)": flat * 1e3, "2-D (ms)": two_d * 1e3, "flat / 2-D": flat / two_d})
+    return rows
+
+
+def hierarchical_verdict(nodes: int, per_node: int, intra, inter) -> str:
+    """What the model says about 2-D vs the flat ring on `nodes` x `per_node` ranks, in words."""
+    from dltutor.core.units import fmt_bytes
+    x = hierarchical_crossover(nodes, per_node, intra, inter)
+    small = hierarchical_saving(nodes, per_node, 1.0, intra, inter) > 0
+    if x is None:
+        return f"by the model the {'2-D all-reduce' if small else 'flat ring'} is faster at every size"
+    first, then = ("the 2-D all-reduce", "the flat ring") if small else ("the flat ring", "the 2-D all-reduce")
+    return f"by the model {first} is faster below D = {fmt_bytes(x)}, {then} above it"

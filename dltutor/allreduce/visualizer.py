@@ -235,3 +235,35 @@ def plot_model_vs_measured(summary: dict, alpha: float, beta: float, ax=None,
                  fontsize=10)
     _style(ax, "time per all-reduce (µs)")
     return ax
+
+
+def plot_hierarchical(summary: dict, ax=None):
+    """Time vs size for the 2-D all-reduce and the flat ones (dots: measured, with the passes'
+    min..max as bars) and the α-β model of the flat ring and the 2-D scheme (lines), with α, β
+    fitted to this launch's flat ring and all links alike (one machine)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from dltutor.allreduce.cost import fit_summary, flat_ring_time, hierarchical_time
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9.5, 4.3))
+    m, l = summary["nodes"], summary["per_node"]
+    link = fit_summary(summary, "ring", "minimax")
+    d_all = sorted({r["bytes"] for r in summary["results"]})
+    grid = np.logspace(np.log10(d_all[0]), np.log10(d_all[-1]), 60)
+    colours = {"hierarchical": "#ff7f0e", "ring": COLOURS["ring"], "gloo": COLOURS["gloo"]}
+    for alg, colour in colours.items():
+        rows = sorted((r for r in summary["results"] if r["algorithm"] == alg), key=lambda r: r["bytes"])
+        t = np.array([r["time_s"] for r in rows]) * 1e6
+        hi = np.array([max(r.get("time_range_s") or [r["time_s"]]) for r in rows]) * 1e6
+        ax.errorbar([r["bytes"] for r in rows], t, yerr=[np.zeros_like(t), hi - t], fmt="o",
+                    color=colour, capsize=3, label=f"{alg} measured")
+    ax.plot(grid, flat_ring_time(m, l, grid, link, link) * 1e6, "-", color=colours["ring"], alpha=0.7,
+            label="flat ring model")
+    ax.plot(grid, hierarchical_time(m, l, grid, link, link) * 1e6, "-", color=colours["hierarchical"],
+            alpha=0.7, label="2-D model")
+    ax.set_title(f"2-D all-reduce on {m} x {l} ranks vs flat, measured (dots) and modelled (lines), "
+                 f"{_note(summary)}\nα = {link[0] * 1e6:.1f} µs, 1/β = "
+                 f"{1 / link[1] / 1e9 if link[1] else float('inf'):.2f} GB/s (fitted to the flat ring)",
+                 fontsize=10)
+    _style(ax, "time per all-reduce (µs)")
+    return ax

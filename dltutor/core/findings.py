@@ -17,6 +17,8 @@ differ when the gap between them is larger than the sum of their spreads.
 """
 from __future__ import annotations
 
+import math
+
 INCONCLUSIVE = "inconclusive here"
 RUN_NOTE = "printed from this run's numbers"
 
@@ -25,6 +27,11 @@ def fmt(x: float, unit: str = "") -> str:
     """3 significant digits (thousands as whole numbers) and the unit."""
     s = f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
     return f"{s} {unit}".rstrip() if unit and unit != "%" else s + unit
+
+
+def accuracy_halfwidth(acc: float, n: int) -> float:
+    """95 % half-width of an accuracy measured on `n` examples (binomial): 1.96·sqrt(p(1-p)/n)."""
+    return 1.96 * math.sqrt(max(acc * (1 - acc), 0.0) / max(n, 1))
 
 
 def differs(a: float, b: float, spread_a: float = 0.0, spread_b: float = 0.0) -> bool:

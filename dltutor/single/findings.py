@@ -5,14 +5,12 @@
     batch_sizes(results)      the batch-size exercise: the fastest size, or "inconclusive here"
 
 A throughput's spread is half the range of its separately timed chunks (`speed.chunk_spread`); a
-test accuracy's is the 95 % binomial half-width on the test images (`accuracy_spread`).
+test accuracy's is the 95 % binomial half-width on the test images (`core.findings.accuracy_halfwidth`).
 """
 from __future__ import annotations
 
-import math
-
 from dltutor.core import env
-from dltutor.core.findings import INCONCLUSIVE, compare, differs, fmt, trend
+from dltutor.core.findings import INCONCLUSIVE, accuracy_halfwidth, compare, differs, fmt, trend
 
 ON_DEVICE = "data on device"
 CHANCE = 0.10   # 10 classes: the accuracy of guessing
@@ -55,10 +53,6 @@ def speed(rows: list[dict]) -> list[str]:
     return out
 
 
-def accuracy_spread(acc: float, n_test: int) -> float:
-    """95 % half-width of an accuracy on `n_test` images."""
-    return 1.96 * math.sqrt(max(acc * (1 - acc), 0.0) / max(n_test, 1))
-
 
 def curves(history, n_test: int) -> list[str]:
     """The loss over the epochs, the test accuracy first vs last epoch, and against guessing
@@ -66,7 +60,7 @@ def curves(history, n_test: int) -> list[str]:
     epochs = [e + 1 for e in history.epoch]
     out = [trend("training loss", epochs, history.train_loss, x_name="epoch")]
     first, last = history.test_acc[0], history.test_acc[-1]
-    s0, s1 = accuracy_spread(first, n_test), accuracy_spread(last, n_test)
+    s0, s1 = accuracy_halfwidth(first, n_test), accuracy_halfwidth(last, n_test)
     if len(epochs) > 1:
         out.append(compare(f"test accuracy after epoch {epochs[-1]}", 100 * last,
                            f"after epoch {epochs[0]}", 100 * first, unit="%",

@@ -17,17 +17,16 @@ From a notebook: dltutor.allreduce.collectives.measure_allreduce(nproc=2, sizes=
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 
 import torch
-import torch.distributed as dist  # DDP:
 
 from dltutor.allreduce import collectives as C
 from dltutor.allreduce import cost
+from dltutor.allreduce.sweep import add_sweep_flags, process_group, over_passes, result_row
 from dltutor.core import dist as ddist
 from dltutor.core import flags
-from dltutor.core.device import backend, device, hardware_label
+from dltutor.core.device import device, hardware_label
 from dltutor.core.units import fmt_bytes
 
 DEFAULT_SIZES = "1KiB,4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB,64MiB"
@@ -37,14 +36,7 @@ ALGS = ("ring", "reduce_bcast", "recursive_doubling", "gloo")
 
 def parse_args(argv=None):
     ap = flags.parser(__doc__)
-    ap.add_argument("--sizes", type=flags.byte_sizes, default=DEFAULT_SIZES,
-                    help="comma-separated message sizes (bytes, KiB, MiB, GiB)")
-    ap.add_argument("--iters", type=flags.positive_int, default=20,
-                    help="at least this many back-to-back calls per timing (more if they last < 50 ms)")
-    ap.add_argument("--warmup", type=flags.nonnegative_int, default=3, help="untimed repetitions per size")
-    ap.add_argument("--passes", type=flags.positive_int, default=3,
-                    help="the whole sweep is repeated this many times and each size reports its fastest "
-                         "pass: interference on a shared machine only ever adds time (timeit's rule)")
+    add_sweep_flags(ap, DEFAULT_SIZES)
     ap.add_argument("--algorithms", type=flags.choice_list(ALGS), default=",".join(ALGS),
                     help=f"comma-separated subset of {','.join(ALGS)}")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64", "int64"])
@@ -56,31 +48,10 @@ def parse_args(argv=None):
     return flags.parse(ap, argv)
 
 
-def over_passes(keys, measure, passes: int) -> dict:
-    """key -> (fastest, slowest) of `measure(key)` over `passes` sweeps through all keys: a slow
-    spell of a shared machine hits one pass, and interference only ever adds time. A key whose
-    measure returns None on this rank (the ping-pong off ranks 0 and 1) maps to (None, None)."""
-    seen = {k: [] for k in keys}
-    for _ in range(passes):
-        for k in keys:
-            seen[k].append(measure(k))
-    return {k: (min(v), max(v)) if None not in v else (None, None) for k, v in seen.items()}
-
-
-@contextlib.contextmanager
-def process_group():
-    """Join the launcher's process group; plain `python` gets a 1-rank in-process group, with the
-    backend of the device (nccl on a GPU, as the printed label says; gloo on the CPU)."""
-    with ddist.session() as ctx:  # DDP: torchrun / srun / mpiexec variables -> process group
-        if not dist.is_initialized():  # single process: all_reduce is then a copy
-            dist.init_process_group(backend(ctx.device), store=dist.HashStore(), rank=0, world_size=1)
-        yield ctx.rank, ctx.world_size
-
-
 def main(argv=None) -> int:
     a = parse_args(argv)
     dtype = getattr(torch, a.dtype)
-    with process_group() as (rank, n):
+    with process_group() as (rank, n):  # DDP: the launcher's process group (plain python: 1 rank)
         say = print if rank == 0 else (lambda *x, **k: None)
         say(f"# all-reduce lab on {n} rank(s), {hardware_label()}, device {device()}, dtype {a.dtype}")
         summary = {"rank": rank, "world_size": n, "hardware": hardware_label(), "dtype": a.dtype,
@@ -102,9 +73,7 @@ def main(argv=None) -> int:
             for nbytes in a.sizes:
                 for name in a.algorithms:
                     t, slowest = spans[(name, nbytes)]
-                    row = {"algorithm": name, "bytes": nbytes, "time_s": t, "time_range_s": [t, slowest],
-                           "algbw_GBps": cost.algbw(nbytes, t) / 1e9, "busbw_GBps": cost.busbw(nbytes, t, n) / 1e9,
-                           "ok": summary["checks"][name]}
+                    row = result_row(name, nbytes, (t, slowest), n, summary["checks"][name])
                     summary["results"].append(row)
                     say(f"{fmt_bytes(nbytes):>9} {name:<19} {t * 1e6:11.1f} {row['algbw_GBps']:11.3f} "
                         f"{row['busbw_GBps']:11.3f}  {t * 1e6:10.0f}..{slowest * 1e6:.0f}")

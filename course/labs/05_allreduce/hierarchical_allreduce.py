@@ -1,0 +1,94 @@
+"""Lab 05b: process groups and the hierarchical (2-D) all-reduce, beside the flat ones.
+
+The ranks are seen as nodes of --per-node ranks (rank = node * per_node + local_rank). Every rank
+builds the intra-node groups ({0,1},{2,3} for 4 ranks as 2 x 2) and the inter-node groups
+({0,2},{1,3}) with dist.new_group; the hierarchical all-reduce is a ring reduce-scatter inside the
+node, an all-reduce of each shard across the nodes, and a ring all-gather inside the node
+(dltutor.allreduce.hierarchical). It is checked against dist.all_reduce (int64 exactly, float32
+with allclose), then timed beside our flat ring and the library's dist.all_reduce ("gloo"; nccl on
+GPUs). Every rank prints one `DLTUTOR_METRICS {json}` line with its groups; rank 0's also holds
+the checks and the timings. On one machine every "link" is the same loopback: the intra/inter
+split is pretend, which the notebook's findings say.
+
+Launch forms (run in this lab's folder):
+    python hierarchical_allreduce.py --tiny                          # 1 process: 1 node of 1 rank
+    torchrun --nproc-per-node 4 hierarchical_allreduce.py --tiny     # 4 ranks as 2 "nodes" x 2
+    torchrun --nproc-per-node 8 hierarchical_allreduce.py --per-node 4   # 2 "nodes" x 4
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
+             --rdzv-endpoint $HEAD_NODE:29500 hierarchical_allreduce.py --per-node 4   # real nodes
+    srun --ntasks 8 --ntasks-per-node 4 python hierarchical_allreduce.py --per-node 4   # Slurm
+From a notebook: dltutor.allreduce.hierarchical.measure_hierarchical(nproc=4, per_node=2, ...).
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist  # DDP:
+
+from dltutor.allreduce import collectives as C
+from dltutor.allreduce import hierarchical as H
+from dltutor.allreduce.sweep import add_sweep_flags, process_group, over_passes, result_row
+from dltutor.core import dist as ddist
+from dltutor.core import flags
+from dltutor.core.device import device, hardware_label
+from dltutor.core.units import fmt_bytes
+
+TINY_SIZES = "1KiB,64KiB,1MiB"
+
+
+def parse_args(argv=None):
+    ap = flags.parser(__doc__)
+    ap.add_argument("--per-node", type=flags.positive_int, default=2,
+                    help="ranks per (pretend) node; world_size must be a multiple of it")
+    add_sweep_flags(ap, "1KiB,16KiB,256KiB,4MiB,16MiB")
+    ap.add_argument("--check-numel", type=flags.positive_int, default=1001,
+                    help="odd length of the correctness check")
+    flags.add_tiny(ap, {"sizes": flags.byte_sizes(TINY_SIZES), "iters": 3, "warmup": 1, "passes": 1})
+    return flags.parse(ap, argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    with process_group() as (rank, n):  # DDP: the launcher's process group (plain python: 1 rank)
+        say = print if rank == 0 else (lambda *x, **k: None)
+        per_node = min(a.per_node, n)  # plain `python`: one node of one rank
+        intra, inter = H.make_groups(per_node)  # DDP: every rank, every group, same order
+        groups = {"intra": dist.get_process_group_ranks(intra),
+                  "inter": dist.get_process_group_ranks(inter)}
+        say(f"# hierarchical all-reduce on {n} rank(s) = {n // per_node} node(s) x {per_node}, "
+            f"{hardware_label()}, backend {dist.get_backend()}, device {device()}")
+        print(f"rank {rank}: intra-node group {groups['intra']}, inter-node group {groups['inter']}",
+              flush=True)
+        algs = {"hierarchical": lambda t: H.hierarchical_allreduce(t, intra, inter),
+                "ring": C.ring_allreduce, "gloo": C.ALLREDUCE["gloo"]}
+        checks = {}
+        for dtype in (torch.int64, torch.float32):  # int64: exactly equal; float32: allclose
+            for numel, seed in ((a.check_numel, 1), (max(1, n - 1), 2)):
+                ok, msg = C.check_against_all_reduce(algs["hierarchical"], numel, dtype, seed)
+                checks[f"{dtype}".replace("torch.", "") + f" numel={numel}"] = ok
+                say(f"check hierarchical {msg}  {'OK' if ok else 'MISMATCH'}")
+        spans = over_passes([(name, d) for d in a.sizes for name in algs],
+                            lambda k: C.time_allreduce(algs[k[0]], k[1], torch.float32, a.iters, a.warmup),
+                            a.passes)
+        rows = [result_row(name, d, spans[(name, d)], n, all(checks.values()))
+                for d in a.sizes for name in algs]
+        say(f"\n{'size':>9} {'algorithm':<13} {'time (us)':>11} {'busbw GB/s':>11}  passes min..max (us)")
+        for r in rows:
+            lo, hi = r["time_range_s"]
+            say(f"{fmt_bytes(r['bytes']):>9} {r['algorithm']:<13} {lo * 1e6:11.1f} {r['busbw_GBps']:11.3f}"
+                f"  {lo * 1e6:10.0f}..{hi * 1e6:.0f}")
+        extra = {} if rank else {"per_node": per_node, "nodes": n // per_node, "checks": checks,
+                                 "results": rows, "hardware": hardware_label(),
+                                 "backend": dist.get_backend(), "device": str(device())}
+        ddist.report(groups=groups, **extra)
+        failed = [k for k, v in checks.items() if not v]
+    if failed:
+        print(f"rank {rank}: hierarchical all-reduce differs from dist.all_reduce for {failed}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Asynchronous SGD's stale gradients, simulated in one process on real Fashion-MNIST.
+
+In asynchronous SGD (a parameter server that applies each worker's gradient as it arrives) a
+gradient is computed on parameters that are already `tau` updates old when it is applied:
+
+    theta_{t+1} = theta_t - lr * grad(theta_{t - tau}; batch_t)        (tau = 0: plain SGD)
+
+`simulate` does exactly this with a queue of the last tau+1 parameter snapshots (the delay model of
+the literature's analyses of async SGD): same batches, same LR, same number of updates for every
+tau, so staleness is the only difference. It is a SIMULATION in one process, not a timing of real
+workers: every printout and title says "simulated staleness (one process)".
+
+- `load(n_train, n_test)`       Fashion-MNIST (`dltutor.data.fashion_mnist`) as 784-feature rows,
+                                else the SYNTHETIC stand-in, with the label to print
+- `simulate(grad_fn, theta0, batches, lr, tau, evaluate, every)`  the delayed-update loop
+- `run(taus, seeds, ...)`       an MLP trained for each tau and seed: curves of test accuracy/loss
+- `final_rows(result)`          per tau: final test accuracy, its spread, loss (`table_text` prints them)
+- `findings(rows)`              sentences from those numbers (`dltutor.core.findings`)
+- `plot(result)`                test accuracy vs updates, one line per tau
+"""
+from __future__ import annotations
+
+import collections
+import math
+
+import torch
+import torch.nn.functional as nnf
+
+from dltutor.core import findings as F
+
+SIMULATED = "simulated staleness (one process)"
+
+
+def load(n_train: int, n_test: int, seed: int = 0):
+    """(x_train, y_train, x_test, y_test, data label): 28x28 grey images as 784 floats in [0, 1]."""
+    from dltutor.core import env
+    from dltutor.data import fashion_mnist, synthetic
+    sets = fashion_mnist.load(env.data_dir())
+    label = fashion_mnist.FASHION
+    if sets is None:   # no Fashion-MNIST anywhere: the labelled stand-in
+        sets = (synthetic.SyntheticCIFAR10(n_train, seed=seed),
+                synthetic.SyntheticCIFAR10(n_test, seed=seed + 1))
+        label = "SYNTHETIC data"
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for ds, n in zip(sets, (n_train, n_test)):
+        idx = torch.randperm(len(ds), generator=g)[:n]
+        x = torch.from_numpy(ds.data[idx.numpy(), 2:30, 2:30, 0].reshape(len(idx), -1).copy())
+        out += [x.float() / 255.0, torch.as_tensor(ds.targets)[idx]]
+    return (*out, label)
+
+
+def simulate(grad_fn, theta0, batches, lr: float, tau: int, evaluate=None, every: int = 0) -> tuple:
+    """Apply, at update t, the gradient of batch t computed at theta_{max(0, t - tau)}.
+
+    theta0: a list of tensors (not changed). Returns (final theta, [(t, *evaluate(theta_t))] every
+    `every` updates and at the end). tau = 0 is plain SGD, bit for bit."""
+    theta = [p.detach().clone() for p in theta0]
+    history = collections.deque([theta], maxlen=tau + 1)   # theta_{t - tau} .. theta_t
+    log = [(0, *evaluate(theta))] if evaluate else []
+    t = 0
+    for t, batch in enumerate(batches, start=1):
+        grads = grad_fn(history[0], batch)                   # the oldest snapshot kept: stale
+        theta = [p - lr * g for p, g in zip(theta, grads)]   # applied to the newest parameters
+        history.append(theta)
+        if evaluate and every and t % every == 0:
+            log.append((t, *evaluate(theta)))
+    if evaluate and (not log or log[-1][0] != t):
+        log.append((t, *evaluate(theta)))
+    return theta, log
+
+
+def mlp_init(hidden: int, seed: int, features: int = 784, classes: int = 10) -> list:
+    g = torch.Generator().manual_seed(seed)
+    w1 = torch.randn(features, hidden, generator=g) / math.sqrt(features)
+    w2 = torch.randn(hidden, classes, generator=g) / math.sqrt(hidden)
+    return [w1, torch.zeros(hidden), w2, torch.zeros(classes)]
+
+
+def mlp_numel(hidden: int, features: int = 784, classes: int = 10) -> int:
+    """Parameters of the MLP (its gradient's length): 784·H + H + H·10 + 10."""
+    return features * hidden + hidden + hidden * classes + classes
+
+
+def mlp_logits(theta, x):
+    w1, b1, w2, b2 = theta
+    return torch.relu(x @ w1 + b1) @ w2 + b2
+
+
+def mlp_grad(theta, batch):
+    x, y = batch
+    params = [p.detach().requires_grad_(True) for p in theta]
+    return torch.autograd.grad(nnf.cross_entropy(mlp_logits(params, x), y), params)
+
+
+def batch_stream(x, y, batch: int, updates: int, seed: int):
+    """`updates` mini-batches drawn in epochs of a fixed random order (the same for every tau)."""
+    g = torch.Generator().manual_seed(seed)
+    order = torch.empty(0, dtype=torch.long)
+    for _ in range(updates):
+        if len(order) < batch:
+            order = torch.cat([order, torch.randperm(len(x), generator=g)])
+        idx, order = order[:batch], order[batch:]
+        yield x[idx], y[idx]
+
+
+def run(taus=(0, 2, 8, 32), seeds=(0, 1), updates: int = 300, lr: float = 0.2, batch: int = 32,
+        hidden: int = 64, n_train: int = 4000, n_test: int = 1000, every: int = 25) -> dict:
+    """Train the MLP with each tau and seed on the same data; curves with the run's settings."""
+    x, y, xt, yt, data = load(n_train, n_test)
+
+    def evaluate(theta):
+        with torch.no_grad():
+            logits = mlp_logits(theta, xt)
+            return (logits.argmax(1) == yt).float().mean().item(), nnf.cross_entropy(logits, yt).item()
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # tiny matrices: one thread is faster, and fair to the other ranks
+    try:
+        curves = _train_all(taus, seeds, x, y, batch, updates, lr, hidden, evaluate, every)
+    finally:
+        torch.set_num_threads(threads)
+    return {"curves": curves, "data": data, "n_test": len(yt), "lr": lr, "batch": batch,
+            "updates": updates, "hidden": hidden, "seeds": list(seeds), "n_train": len(y)}
+
+
+def _train_all(taus, seeds, x, y, batch, updates, lr, hidden, evaluate, every) -> list[dict]:
+    curves = []
+    for seed in seeds:
+        for tau in taus:
+            _, log = simulate(mlp_grad, mlp_init(hidden, seed), batch_stream(x, y, batch, updates, seed),
+                              lr, tau, evaluate, every)
+            curves.append({"tau": tau, "seed": seed, "updates": [r[0] for r in log],
+                           "test_acc": [r[1] for r in log], "test_loss": [r[2] for r in log]})
+    return curves
+
+
+
+def final_rows(result: dict) -> list[dict]:
+    """Per tau: mean final test accuracy and loss over seeds; the spread is the larger of half the
+    seeds' min-max range and the test set's 95 % sampling half-width."""
+    out = []
+    for tau in sorted({c["tau"] for c in result["curves"]}):
+        accs = [c["test_acc"][-1] for c in result["curves"] if c["tau"] == tau]
+        losses = [c["test_loss"][-1] for c in result["curves"] if c["tau"] == tau]
+        acc = sum(accs) / len(accs)
+        out.append({"tau": tau, "test_acc": acc, "spread": max((max(accs) - min(accs)) / 2,
+                                                               F.accuracy_halfwidth(acc, result["n_test"])),
+                    "test_loss": sum(losses) / len(losses), "seeds": len(accs)})
+    return out
+
+
+def table_text(rows: list[dict]) -> str:
+    """`final_rows` as aligned text."""
+    from dltutor.core.tables import format_table
+    return format_table(rows, ["tau", "test_acc", "spread", "test_loss", "seeds"],
+                        digits={"test_acc": 3, "spread": 3},
+                        headers={"test_acc": "final test accuracy", "spread": "±", "test_loss": "test loss"})
+
+
+def findings(rows: list[dict]) -> list[str]:
+    """Sentences about final test accuracy per tau against sync (tau = 0), from `final_rows`."""
+    sync = next(r for r in rows if r["tau"] == 0)
+    seeds = rows[0]["seeds"]
+    out = [f"{SIMULATED}, {seeds} seed{'s' if seeds > 1 else ''}; a difference counts when it is "
+           "larger than the two spreads together (seeds' half-range or the test set's 95 % "
+           "sampling half-width, whichever is larger)."]
+    for r in rows:
+        if r["tau"] == 0:
+            continue
+        gap = 100 * (r["test_acc"] - sync["test_acc"])
+        head = (f"tau={r['tau']}: test accuracy {r['test_acc']:.1%} vs sync {sync['test_acc']:.1%}")
+        if not F.differs(r["test_acc"], sync["test_acc"], r["spread"], sync["spread"]):
+            out.append(f"{head}: {F.INCONCLUSIVE} ({abs(gap):.1f} points apart, spreads "
+                       f"±{100 * r['spread']:.1f} and ±{100 * sync['spread']:.1f} points).")
+        else:
+            out.append(f"{head}: {abs(gap):.1f} points {'below' if gap < 0 else 'above'} sync.")
+    out.append(F.trend("final test accuracy", [r["tau"] for r in rows],
+                       [100 * r["test_acc"] for r in rows], x_name="tau", unit="%",
+                       spreads=[100 * r["spread"] for r in rows]))
+    return out
+
+
+def plot(result: dict, path=None):
+    """Test accuracy vs updates, one line per tau (mean over seeds)."""
+    import matplotlib.pyplot as plt
+    from dltutor.core.plots import labels
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for tau in sorted({c["tau"] for c in result["curves"]}):
+        mine = [c for c in result["curves"] if c["tau"] == tau]
+        mean = [sum(v) / len(v) for v in zip(*(c["test_acc"] for c in mine))]
+        ax.plot(mine[0]["updates"], [100 * m for m in mean], marker=".", label=f"tau = {tau}"
+                + (" (sync)" if tau == 0 else ""))
+    ax.set_xlabel(f"updates (batch {result['batch']}, lr {result['lr']})")
+    ax.set_ylabel(f"test accuracy, % (mean of {len(result['seeds'])} seed(s))")
+    ax.set_title(f"Async SGD, {SIMULATED}: accuracy vs updates {labels(result['data'])}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=100)
+    return fig

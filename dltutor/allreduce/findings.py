@@ -1,0 +1,119 @@
+"""What notebook 05's measurements show, as sentences built from the run's own rows.
+
+Each function takes lab summaries (`collectives.measure_allreduce`, `hierarchical.measure_hierarchical`)
+and returns sentences for `dltutor.core.findings.show`. A spread is half the min..max range of a
+size's passes (`time_range_s`); two times whose gap is inside their spreads are "inconclusive here".
+
+- `fit_findings(summary, fits)`: the ring's fitted α beside the ping-pong's, whether the other
+  algorithms' model lines (drawn with the ring's α, β) sit above or below their smallest-message
+  points, and the largest model error of each algorithm over the sizes.
+- `pair_findings(summary, a, b)`: a against b at the smallest and the largest size, beside the
+  model's prediction of their ratio there.
+- `winner_findings(summary)`: the fastest algorithm per size against the runner-up.
+- `hierarchical_findings(summary)`: the 2-D all-reduce against the flat ring and dist.all_reduce per
+  size, and the α-β model of both (α, β fitted to this launch's own flat ring).
+"""
+from __future__ import annotations
+
+from dltutor.allreduce import cost
+from dltutor.core.findings import INCONCLUSIVE, against, compare, differs
+from dltutor.core.units import fmt_bytes
+
+US = 1e6   # seconds -> µs
+RESOLVED = 1e-9   # a fitted α below 1 ns is the fit's rounding, not a latency
+
+
+def _rows(summary: dict, algorithm: str) -> list[dict]:
+    return sorted((r for r in summary["results"] if r["algorithm"] == algorithm), key=lambda r: r["bytes"])
+
+
+def _spread(row: dict) -> float:
+    """Half the min..max range of the passes (s); 0 with one pass."""
+    lo, hi = row.get("time_range_s") or (row["time_s"], row["time_s"])
+    return (hi - lo) / 2
+
+
+def _at(summary: dict, algorithm: str, nbytes: int) -> dict:
+    return next(r for r in summary["results"] if r["algorithm"] == algorithm and r["bytes"] == nbytes)
+
+
+def _vs(summary: dict, a: str, b: str, nbytes: int) -> str:
+    ra, rb = _at(summary, a, nbytes), _at(summary, b, nbytes)
+    return compare(a, ra["time_s"] * US, b, rb["time_s"] * US, unit="µs",
+                   spread_a=_spread(ra) * US, spread_b=_spread(rb) * US)
+
+
+def fit_findings(summary: dict, fits: dict) -> list[str]:
+    """α from the ring vs α from the ping-pong; model lines vs the smallest measured points; the
+    largest model error per algorithm. `fits` is `cost.compare_fits(summary)`."""
+    n = summary["world_size"]
+    alpha, beta, _ = fits["ring, minimax"]
+    alpha_pp = fits["ping-pong, lsq"][0]
+    d = cost.times_of(summary, "ring")[0]
+    slowest = [max(r["time_range_s"]) if r.get("time_range_s") else r["time_s"] for r in _rows(summary, "ring")]
+    alpha_slow = cost.fit_alpha_beta(d, slowest, "ring", n, criterion="minimax")[0]
+    spread = abs(alpha_slow - alpha) / 2   # the fit moves this much between fastest and slowest passes
+    if alpha_pp > RESOLVED:
+        out = [compare("the ring's fitted α", alpha * US, "the ping-pong's α", alpha_pp * US, unit="µs",
+                       spread_a=spread * US).rstrip(".")
+               + "; the ring's spread is half the change of its α when the slowest passes are fitted instead"]
+    else:
+        out = [f"the ping-pong's α is not resolved by these sizes (its fit gives less than 1 ns); the ring's "
+               f"fitted α is {alpha * US:.3g} µs"]
+    smallest = int(d[0])
+    for alg in ("reduce_bcast", "recursive_doubling"):
+        if not _rows(summary, alg):
+            continue
+        row = _at(summary, alg, smallest)
+        model = float(cost.model_time(alg, n, smallest, alpha, beta))
+        out.append(against(f"{alg} at {fmt_bytes(smallest)}", row["time_s"] * US, model * US,
+                           tolerance=_spread(row) * US, unit="µs",
+                           source="its model line (the ring's α, β)"))
+    for alg in ("ring", "reduce_bcast", "recursive_doubling"):
+        if _rows(summary, alg):
+            err = cost.model_errors(summary, alg, alpha, beta)
+            sizes = cost.times_of(summary, alg)[0]
+            out.append(f"{alg}: the model with the ring's minimax α, β is within {err.max():.0%} of the "
+                       f"measured time at every size (worst at {fmt_bytes(sizes[err.argmax()])}), N = {n}")
+    return out
+
+
+def pair_findings(summary: dict, a: str, b: str, alpha: float, beta: float) -> list[str]:
+    """`a` against `b` at the smallest and the largest measured size, with the model's ratio there."""
+    n = summary["world_size"]
+    sizes = sorted({r["bytes"] for r in _rows(summary, a)} & {r["bytes"] for r in _rows(summary, b)})
+    out = []
+    for d in sorted({sizes[0], sizes[-1]}):
+        ratio = float(cost.model_time(a, n, d, alpha, beta) / cost.model_time(b, n, d, alpha, beta))
+        out.append(f"N = {n}, D = {fmt_bytes(d)}: {_vs(summary, a, b, d)} The model predicts "
+                   f"{a} = {ratio:.2f}x {b} here.")
+    return out
+
+
+def winner_findings(summary: dict) -> list[str]:
+    """Per size: the fastest algorithm against the runner-up, or INCONCLUSIVE within the spreads."""
+    n, out = summary["world_size"], []
+    for d in sorted({r["bytes"] for r in summary["results"]}):
+        first, second = sorted((r for r in summary["results"] if r["bytes"] == d), key=lambda r: r["time_s"])[:2]
+        gap = differs(first["time_s"], second["time_s"], _spread(first), _spread(second))
+        head = (f"N = {n}, D = {fmt_bytes(d)}: fastest {first['algorithm']}" if gap else
+                f"N = {n}, D = {fmt_bytes(d)}: no single winner ({INCONCLUSIVE})")
+        out.append(f"{head}; {_vs(summary, first['algorithm'], second['algorithm'], d)}")
+    return out
+
+
+def hierarchical_findings(summary: dict) -> list[str]:
+    """The 2-D all-reduce against the flat ring and dist.all_reduce, measured and modelled."""
+    n, per_node, nodes = summary["world_size"], summary["per_node"], summary["nodes"]
+    alpha, beta = cost.fit_summary(summary, "ring", "minimax")
+    out = ["groups reported by the ranks: " + "; ".join(
+        f"rank {r}: intra {g['intra']}, inter {g['inter']}" for r, g in sorted(summary.get("groups", {}).items()))]
+    out.append(f"hierarchical result equal to dist.all_reduce (int64 exactly, float32 allclose): "
+               f"{all(summary['checks'].values())}")
+    for d in sorted({r["bytes"] for r in summary["results"]}):
+        model = float(cost.hierarchical_time(nodes, per_node, d, (alpha, beta), (alpha, beta))
+                      / cost.flat_ring_time(nodes, per_node, d, (alpha, beta), (alpha, beta)))
+        out.append(f"D = {fmt_bytes(d)}: {_vs(summary, 'hierarchical', 'ring', d)} "
+                   f"{_vs(summary, 'hierarchical', 'gloo', d)} The model (one machine: all links alike, "
+                   f"α, β fitted to this launch's flat ring) predicts hierarchical = {model:.2f}x ring.")
+    return out

@@ -1,0 +1,77 @@
+"""The timing sweep both lab-05 scripts run: passes over (algorithm, size) and the rows they report.
+
+- `over_passes(keys, measure, passes)`: key -> (fastest, slowest) over `passes` sweeps through all
+  keys (a slow spell of a shared machine hits one pass; interference only ever adds time).
+- `result_row(algorithm, nbytes, span, n, ok)`: one row of a lab summary: time_s (the fastest pass),
+  time_range_s [fastest, slowest], algbw / busbw in GB/s (`dltutor.allreduce.cost`), ok.
+- `add_sweep_flags(parser, sizes)`: the flags both labs share (--sizes, --iters, --warmup, --passes).
+- `process_group()`: inside a lab, join the launcher's process group (plain `python`: a 1-rank
+  group); yields (rank, world_size).
+- `run_lab(name, nproc, args, ...)`: from a notebook, run a lab 05 script on `nproc` local ranks
+  (`dltutor.launch.run.launch`) and return (rank 0's summary, every rank's metrics).
+Used by course/labs/05_allreduce/allreduce_bench.py and hierarchical_allreduce.py.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from dltutor.allreduce import cost
+from dltutor.core import course, flags
+
+
+def add_sweep_flags(ap, sizes: str) -> None:
+    """--sizes (default `sizes`), --iters, --warmup, --passes: what one timing sweep needs."""
+    ap.add_argument("--sizes", type=flags.byte_sizes, default=sizes,
+                    help="comma-separated message sizes (bytes, KiB, MiB, GiB)")
+    ap.add_argument("--iters", type=flags.positive_int, default=20,
+                    help="at least this many back-to-back calls per timing (more if they last < 50 ms)")
+    ap.add_argument("--warmup", type=flags.nonnegative_int, default=3, help="untimed repetitions per size")
+    ap.add_argument("--passes", type=flags.positive_int, default=3,
+                    help="the whole sweep is repeated this many times and each size reports its fastest "
+                         "pass: interference on a shared machine only ever adds time (timeit's rule)")
+
+
+def over_passes(keys, measure, passes: int) -> dict:
+    """key -> (fastest, slowest) of `measure(key)` over `passes` sweeps through all keys: a slow
+    spell of a shared machine hits one pass, and interference only ever adds time. A key whose
+    measure returns None on this rank (the ping-pong off ranks 0 and 1) maps to (None, None)."""
+    seen = {k: [] for k in keys}
+    for _ in range(passes):
+        for k in keys:
+            seen[k].append(measure(k))
+    return {k: (min(v), max(v)) if None not in v else (None, None) for k, v in seen.items()}
+
+
+def result_row(algorithm: str, nbytes: int, span, n: int, ok: bool) -> dict:
+    """One measured row: the fastest pass is the time, [fastest, slowest] its range."""
+    t, slowest = span
+    return {"algorithm": algorithm, "bytes": nbytes, "time_s": t, "time_range_s": [t, slowest],
+            "algbw_GBps": cost.algbw(nbytes, t) / 1e9, "busbw_GBps": cost.busbw(nbytes, t, n) / 1e9,
+            "ok": ok}
+
+
+@contextlib.contextmanager
+def process_group():
+    """Join the launcher's process group; plain `python` gets a 1-rank in-process group, with the
+    backend of the device (nccl on a GPU, as the printed label says; gloo on the CPU)."""
+    import torch.distributed as dist  # DDP:
+
+    from dltutor.core import dist as ddist
+    from dltutor.core.device import backend
+    with ddist.session() as ctx:  # DDP: torchrun / srun / mpiexec variables -> process group
+        if not dist.is_initialized():  # single process: all_reduce is then a copy
+            dist.init_process_group(backend(ctx.device), store=dist.HashStore(), rank=0, world_size=1)
+        yield ctx.rank, ctx.world_size
+
+
+def run_lab(name: str, nproc: int, args, timeout: float = 600.0, echo: bool = True,
+            oversubscribe: bool = False, env=None) -> tuple[dict, list[dict]]:
+    """Run course/labs/05_allreduce/`name` on `nproc` local ranks; (rank 0's summary: its metrics
+    line with "results", every rank's metrics lines)."""
+    from dltutor.launch.run import launch
+    res = launch(str(course.lab(f"05_allreduce/{name}")), nproc=nproc, args=list(args),
+                 timeout=timeout, echo=echo, oversubscribe=oversubscribe, env=env)
+    summary = [m for m in res.metrics if m.get("rank") == 0 and "results" in m]
+    if not summary:
+        raise RuntimeError(f"the lab printed no summary line on rank 0 (logs: {res.log_dir})")
+    return summary[0], res.metrics
