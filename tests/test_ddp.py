@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dltutor.ddp import scaling
+from dltutor.ddp import scaling, timeline
 from dltutor.core.course import tagged_lines
 from dltutor.ddp.by_hand import param_checksum
 from dltutor.launch.run import launch
@@ -164,13 +164,19 @@ def test_lab_tiny_two_ranks_weak_scaling(tmp_path):
 
 def test_lab_no_overlap_strong_scaling(tmp_path):
     res = launch(LAB, nproc=2, args=["--tiny", "--strong", "--global-batch", "32", "--no-overlap",
-                                     "--steps", "4"], threads=1, timeout=150, echo=False,
+                                     "--steps", "4", "--profile-steps", "1", "--profile-dir",
+                                     str(tmp_path / "profile")], threads=1, timeout=150, echo=False,
                  log_dir=tmp_path)
     ms = res.metrics
     _check_common(ms, 4)
     m = ms[0]
     assert (m["scaling"], m["per_rank_batch"], m["global_batch"]) == ("strong", 16, 32)
     assert m["overlap"] is False and m["lr"] == pytest.approx(0.1)  # global batch unchanged
+    # the profiled last step: one all-reduce, after backward, so nothing overlaps (the control)
+    assert len(m["step_times_ms"]) == 1  # 4 steps: 2 warm-up, 1 timed, 1 profiled
+    rows = timeline.run_rows("no overlap", res.metric("profile"))
+    assert len(rows) == 2 and all(r["buckets"] == 1 for r in rows)
+    assert all(r["t_comm_ms"] > 0 and r["t_overlap_ms"] == 0 for r in rows)
 
 
 def test_lab_runs_as_plain_python(monkeypatch, capsys):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dltutor.core.findings import INCONCLUSIVE, accuracy_halfwidth
+from dltutor.core.findings import INCONCLUSIVE, accuracy_halfwidth, half_range
 from dltutor.single import findings as sf
 from dltutor.single import models, speed
 from dltutor.single.train import History
@@ -81,7 +81,7 @@ def test_batch_sizes_each_way_and_without_spreads():
 
 
 def test_measure_throughput_reports_the_spread_of_its_chunks():
-    assert speed.chunk_spread([10.0, 14.0, 12.0]) == 2.0 and speed.chunk_spread([5.0]) == 0.0
+    assert half_range([10.0, 14.0, 12.0]) == 2.0 and half_range([5.0]) == 0.0
     torch.manual_seed(0)
     batches = [(torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,)))]
     got = speed.measure_throughput(models.cifar_resnet(width=4, blocks=(1, 1)), batches, steps=3,

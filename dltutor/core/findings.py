@@ -29,6 +29,12 @@ def fmt(x: float, unit: str = "") -> str:
     return f"{s} {unit}".rstrip() if unit and unit != "%" else s + unit
 
 
+def half_range(values) -> float:
+    """Half the min-max range of repeated measurements (None values ignored; 0 below two values)."""
+    values = [v for v in values if v is not None]
+    return (max(values) - min(values)) / 2 if len(values) > 1 else 0.0
+
+
 def accuracy_halfwidth(acc: float, n: int) -> float:
     """95 % half-width of an accuracy measured on `n` examples (binomial): 1.96·sqrt(p(1-p)/n)."""
     return 1.96 * math.sqrt(max(acc * (1 - acc), 0.0) / max(n, 1))

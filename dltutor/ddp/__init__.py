@@ -5,6 +5,9 @@
   scaling.py    global batch, the linear LR rule, warm-up, weak/strong scaling efficiency
   batch_study.py  large global batches measured in one process: LR policies, steps to a target
   batch_report.py the sweep's tables and sentences; `python -m dltutor.ddp.batch_report`
+  batch_reference.py  a labelled full-mode reference sweep (stored numbers, not this run), its sentences
+  findings.py   what this run's scaling, bucket and overlap numbers show, as printed sentences
+  timeline.py   one profiled DDP step: forward, backward, each bucket's all-reduce; overlap fraction
   plots.py      scaling efficiency, warm-up loss curves, step time vs buckets, the batch study
   exercise.py   the exercise's loop pieces, inside the ranks: data, model, checkpoint, report
   exercise_check.py  the exercise's check, in the kernel: launch, judge against one process

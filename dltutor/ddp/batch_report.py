@@ -51,14 +51,16 @@ def _pts(a, b) -> str:
     return f"{100 * (a - b):+.1f} points"
 
 
-def describe(rows: list[dict]) -> list[str]:
-    """Sentences that say what this sweep measured (numbers from `rows` only)."""
+def describe(rows: list[dict], fast: bool | None = None) -> list[str]:
+    """Sentences that say what this sweep measured (numbers from `rows` only); `fast` (default:
+    this process's fast mode) adds the fast-mode caveat; a stored reference passes False."""
+    fast = env.fast_mode() if fast is None else fast
     gap, sc = gap_rows(rows), scaling_rows(rows)
     small, big = gap[0], gap[-1]
     base = small[next(p for p in POLICIES if p in small)]
     acc = {p: big.get(p) for p in POLICIES}
     r0 = rows[0]
-    out = [] if not env.fast_mode() else [
+    out = [] if not fast else [
         f"FAST MODE: {r0['steps_per_epoch'] * r0['global_batch']} training images, "
         f"{r0['steps'] // r0['steps_per_epoch']} epochs: every run is under-trained and one run's accuracy "
         "moves by several points with the seed, so this run cannot tell a generalization gap from too "
@@ -71,7 +73,7 @@ def describe(rows: list[dict]) -> list[str]:
     out.append(f"Best large-batch policy here: {POLICY_TEXT[best]}, {_pts(acc[best], base)} against the "
                f"smallest batch" + (" (no gap bigger than 1 point in this run)." if acc[best] >= base - 0.01
                                     else " (fast mode: mostly too few steps, not yet a generalization gap)."
-                                    if env.fast_mode() else " (a generalization gap)."))
+                                    if fast else " (a generalization gap)."))
     if acc.get("scaled") is not None and acc.get("scaled+warmup") is not None:
         out.append(f"Warm-up at the largest batch: {_pts(acc['scaled+warmup'], acc['scaled'])} over the "
                    f"linear rule alone (peak LR {big['lr scaled']:.3g}).")

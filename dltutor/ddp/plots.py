@@ -1,5 +1,6 @@
 """Plots for notebook 02: scaling efficiency, warm-up loss curves, step time vs gradient buckets,
-accuracy and steps-to-target vs global batch (`plot_batch_study`).
+accuracy and steps-to-target vs global batch (`plot_batch_study`), one DDP step as a Gantt
+timeline of compute and all-reduce lanes (`plot_timeline`).
 
 Titles carry the honest labels of `dltutor.core.plots.labels` (SYNTHETIC data, CPU/gloo or GPU/nccl,
 fast mode). Each function returns the figure and saves it when `path` is given.
@@ -80,18 +81,20 @@ def plot_loss_curves(curves: dict, title: str = "Large global batch: warm-up or 
 
 def plot_step_times(rows: list[dict], title: str = "Gradient buckets and overlap", data=None,
                     path=None):
-    """Bars of median step time per variant (`label`, `step_time_ms`); shorter is better."""
+    """Bars of step time per variant (`label`, `step_time_ms`, optional `spread_ms` as error bars:
+    `dltutor.ddp.findings.step_row`, the slowest rank's mean); shorter is better."""
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.8))
     names = [r["label"] for r in rows][::-1]
     values = [r["step_time_ms"] for r in rows][::-1]
-    bars = ax.barh(names, values, color=["tab:red" if "no overlap" in n else "tab:blue"
-                                         for n in names])
-    top = max(values)
+    spreads = [r.get("spread_ms") or 0 for r in rows][::-1]
+    bars = ax.barh(names, values, xerr=spreads, capsize=4,
+                   color=["tab:red" if "no overlap" in n else "tab:blue" for n in names])
+    top = max(v + e for v, e in zip(values, spreads))
     for bar, v in zip(bars, values):
         ax.text(v + 0.01 * top, bar.get_y() + bar.get_height() / 2, f"{v:.1f} ms", va="center")
     ax.set_xlim(0, top * 1.25)
-    ax.set(xlabel="median step time (ms, lower is better)")
+    ax.set(xlabel="step time of the slowest rank, mean ± half range (ms, lower is better)")
     ax.grid(axis="x", alpha=0.3)
     return _finish(fig, title, data, path)
 
@@ -134,4 +137,34 @@ def plot_batch_study(gap: list[dict], scaling: list[dict], title: str = "Large g
                                 for b, r in zip(batches, gap)])
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
+    return _finish(fig, title, data, path)
+
+
+def plot_timeline(steps: dict, title: str = "One DDP step: compute and all-reduce lanes", data=None,
+                  path=None):
+    """Gantt chart, two lanes per variant: forward and backward (compute), each bucket's all-reduce.
+
+    `steps` maps a label to one step's parts (`dltutor.ddp.timeline.step_parts(...)[k]`); times are
+    drawn in ms from the step's start, the step's end as a black tick.
+    """
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(11, 0.9 * len(steps) + 1.6))
+    names, y = [], 0
+    for label, parts in steps.items():
+        t0 = parts["step"][0]
+        lanes = ((f"{label}\ncompute", (("forward", "tab:blue"), ("backward", "tab:orange"))),
+                 (f"{label}\nall-reduce", (("comm", "tab:green"),)))
+        for lane, kinds in lanes:
+            for kind, color in kinds:
+                ax.broken_barh([((s - t0) / 1e3, (e - s) / 1e3) for s, e in parts[kind]], (y - 0.35, 0.7),
+                               facecolors=color, linewidth=0, label=kind)
+            ax.plot([(parts["step"][1] - t0) / 1e3] * 2, [y - 0.45, y + 0.45], color="black", lw=1.5)
+            names.append(lane)
+            y += 1
+    handles = dict(zip(*ax.get_legend_handles_labels()[::-1]))
+    ax.legend(handles.values(), handles.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set(xlabel="ms from the start of the step (black tick: step done)")
+    ax.grid(axis="x", alpha=0.3)
     return _finish(fig, title, data, path)

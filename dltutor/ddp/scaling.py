@@ -126,10 +126,16 @@ def scaling_table(runs: list[dict], rate: str = "global_img_per_s", ranks: str =
 
 
 def summarize(metrics: list[dict]) -> dict:
-    """One row for a launch from the per-rank `DLTUTOR_METRICS` dicts of the lab (rank 0 first)."""
+    """One row for a launch from the per-rank `DLTUTOR_METRICS` dicts of the lab (rank 0 first).
+
+    `rate_spread`: half the min-max range of the per-step img/s of the slowest rank (its
+    `step_times_ms`), the spread `dltutor.ddp.findings.scaling` compares efficiencies with.
+    """
     m0 = metrics[0]
     keys = ("world_size", "scaling", "per_rank_batch", "global_batch", "lr", "global_img_per_s",
             "step_time_ms", "hardware", "data", "bucket_cap_mb", "overlap", "threads")
     row = {k: m0.get(k) for k in keys}
     row["img_per_s_per_rank"] = [m.get("img_per_s") for m in metrics]
+    from dltutor.ddp.findings import rate_spread, slowest
+    row["rate_spread"] = rate_spread(m0["global_batch"], slowest(metrics).get("step_times_ms"))
     return row

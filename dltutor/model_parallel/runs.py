@@ -7,6 +7,7 @@ from __future__ import annotations
 from dltutor.core.course import lab
 from dltutor.core.device import plan_ranks
 from dltutor.core.env import cpu_cores
+from dltutor.core.findings import half_range
 from dltutor.launch.run import launch
 from dltutor.model_parallel.pipeline import bubble_formula
 
@@ -76,11 +77,8 @@ def tp_rows(report: dict) -> list[dict]:
 def bubble_rows(report: dict) -> list[dict]:
     """One row per (schedule, m): the median bubble over the timed steps, `spread` = half the
     min-max range of those steps (0 with one step), the formula and the most micro-batches held."""
-    def spread(r):
-        b = r.get("bubbles") or [r["bubble"]]
-        return (max(b) - min(b)) / 2
     return [{"stages": r["stages"], "schedule": r["schedule"], "m": r["m"],
-             "measured": r["bubble"], "spread": spread(r), "formula": r["formula"],
+             "measured": r["bubble"], "spread": half_range(r.get("bubbles") or [r["bubble"]]), "formula": r["formula"],
              "difference": r["bubble"] - r["formula"], "step ms": r["step_s"] * 1e3,
              "max in flight": max(r["in_flight"])} for r in report["runs"]]
 

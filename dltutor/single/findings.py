@@ -4,7 +4,7 @@
     curves(history, n_test)   how the loss and the test accuracy moved over the epochs
     batch_sizes(results)      the batch-size exercise: the fastest size, or "inconclusive here"
 
-A throughput's spread is half the range of its separately timed chunks (`speed.chunk_spread`); a
+A throughput's spread is half the range of its separately timed chunks (`core.findings.half_range`); a
 test accuracy's is the 95 % binomial half-width on the test images (`core.findings.accuracy_halfwidth`).
 """
 from __future__ import annotations

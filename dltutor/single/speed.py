@@ -13,6 +13,7 @@ import torch
 
 from dltutor.core.device import amp_dtype, autocast, synchronize, to_device
 from dltutor.core.device import device as default_device
+from dltutor.core.findings import half_range
 from dltutor.core.tables import format_table
 from dltutor.core.train_step import train_step
 from dltutor.single.train import default_optimizer
@@ -60,19 +61,14 @@ def measure_throughput(model, batches, steps: int = 20, warmup: int = 3, device=
     synchronize(device)
     seconds = time.perf_counter() - t0
     return {"img_per_s": images / seconds, "images": images, "seconds": seconds, "steps": steps,
-            "spread": chunk_spread(rates)}
-
-
-def chunk_spread(rates) -> float:
-    """The spread of a throughput: half the range (max - min) of its chunks' img/s."""
-    return (max(rates) - min(rates)) / 2 if len(rates) > 1 else 0.0
+            "spread": half_range(rates)}
 
 
 def compare_speed(make_model, train_ds, batch_size: int = 64, steps: int = 20, warmup: int = 3,
                   device=None, workers=(0, 2), try_compile: bool = True, seed: int = 0,
                   compile_note: str = "skipped") -> list[dict]:
     """Rows {variant, img_per_s, spread, speedup, status} for the "make one device fast" comparison
-    (spread: half the range of its chunks' img/s, `chunk_spread`).
+    (spread: half the range of its chunks' img/s, `core.findings.half_range`).
 
     make_model: a function returning a fresh model. try_compile=False reports torch.compile as
     `compile_note` (e.g. 'skipped in fast mode') instead of measuring it."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dltutor.core import course
+from dltutor.core.findings import half_range
 from dltutor.core.units import MiB
 from dltutor.zero import bert_lab
 from dltutor.core.engines import clear_stale_deepspeed_shm, engine_env
@@ -60,7 +61,7 @@ def rate_spread(samples_per_s, step_s) -> float | None:
         return None
     per_step = samples_per_s * sum(step_s) / len(step_s)      # samples in one step
     rates = [per_step / t for t in step_s if t > 0]
-    return (max(rates) - min(rates)) / 2
+    return half_range(rates)
 
 
 def _args(config: str, sizes: dict, budget_mb=None, nvme_dir=None) -> list[str]:

@@ -40,7 +40,13 @@ the test accuracy every N steps (acc_curve) and --target-acc reports the first s
 it (steps_to_target). Such a run on W ranks repeats one run of the notebook's one-process sweep
 (dltutor.ddp.batch_study.train_run with world_size=W) up to float rounding.
 
-Each rank prints one `DLTUTOR_METRICS {json}` line: img/s (own and global), step time, loss curve
+Timeline (notebook 02, section 4): --profile-steps N records N steps with torch.profiler (the
+last N of a --steps run, else the N after the first --timing-skip steps; they are left out of the
+step times) and --profile-dir DIR saves each rank's events to DIR/profile.rank<r>.json
+(dltutor.ddp.timeline reads them: forward, backward and each bucket's all-reduce in time).
+
+Each rank prints one `DLTUTOR_METRICS {json}` line: img/s (own and global), step time and the
+timed per-step times (step_times_ms, their spread), the profile file (profile), loss curve
 (averaged over ranks), lr curve, world size, hardware label (CPU/gloo or GPU/nccl), data source.
 """
 import contextlib
@@ -59,6 +65,7 @@ from dltutor.data import cifar10
 from dltutor.data.loaders import to_device_tensors
 from dltutor.single import models
 from dltutor.ddp.batch_study import small_cnn, steps_to_target
+from dltutor.ddp import timeline
 from dltutor.ddp.by_hand import allreduce_gradients, param_checksum
 from dltutor.ddp.run_stats import reduce_run_stats
 from dltutor.ddp.scaling import scaled_lr, split_batch, warmup_factor
@@ -106,10 +113,15 @@ def parse_args(argv=None):
     p.add_argument("--target-acc", type=flags.fraction, default=None,
                    help="report the first step whose test accuracy reaches this (needs --eval-every)")
     p.add_argument("--timing-skip", type=flags.nonnegative_int, default=2, help="first steps left out of img/s")
+    p.add_argument("--profile-steps", type=flags.nonnegative_int, default=0,
+                   help="record N steps with torch.profiler (needs --profile-dir)")
+    p.add_argument("--profile-dir", default="", help="where each rank saves its profile.rank<r>.json")
     p.add_argument("--log-every", type=flags.positive_int, default=50, help="rank 0 prints the loss every N steps")
     p.add_argument("--seed", type=int, default=0, help="weights, data and shuffle seed")
     flags.add_tiny(p, TINY)
     a = flags.parse(p, argv)
+    if a.profile_steps and not a.profile_dir:
+        p.error("--profile-steps needs --profile-dir DIR: each rank writes DIR/profile.rank<r>.json")
     if a.target_acc is not None and not a.eval_every:
         p.error("--target-acc needs --eval-every N (N > 0): the accuracy is measured every N steps")
     return a
@@ -178,6 +190,8 @@ def main(argv=None):
         losses, lrs, times, heads, acc_curve = [], [], [], [], []
         x_test, y_test = to_device_tensors(test_ds, "cpu") if a.eval or a.eval_every else (None, None)
         plain = model.module if ctx.is_distributed else model  # DDP: evaluate the local replica
+        rec = timeline.Recorder(a.profile_steps, (a.steps - a.profile_steps) if a.steps
+                                else a.timing_skip, a.profile_dir)
         step, t_first, t_start = 0, None, time.perf_counter()
         for epoch in range(a.epochs):
             sampler.set_epoch(epoch)  # DDP: a new shuffle each epoch, the same order on all ranks
@@ -189,12 +203,14 @@ def main(argv=None):
                 lr = peak_lr * warmup_factor(step, warmup, start)
                 for group in opt.param_groups:
                     group["lr"] = lr
-                loss, _ = train_step(  # DDP: DDP's backward all-reduces bucket by bucket
-                    model, opt, xb, yb, loss_fn=loss_fn,
-                    no_sync=sync_off,  # DDP: no_sync() only with --no-overlap
-                    before_step=by_hand)  # DDP: --no-overlap: all-reduce after backward
-                synchronize(dev)  # the GPU's queued work is done before the clock is read
-                times.append(time.perf_counter() - t0)
+                with rec.step(step):
+                    loss, _ = train_step(  # DDP: DDP's backward all-reduces bucket by bucket
+                        model, opt, xb, yb, loss_fn=loss_fn,
+                        no_sync=sync_off,  # DDP: no_sync() only with --no-overlap
+                        before_step=by_hand)  # DDP: --no-overlap: all-reduce after backward
+                    synchronize(dev)  # the GPU's queued work is done before the clock is read
+                if not rec.active(step):  # a profiled step is slower: not timed
+                    times.append(time.perf_counter() - t0)
                 losses.append(loss.detach())
                 lrs.append(lr)
                 step += 1
@@ -221,6 +237,8 @@ def main(argv=None):
                     global_img_per_s=B * len(timed) / busy.item(),
                     step_time_ms=1e3 * timed.median().item(),
                     step_time_mean_ms=1e3 * timed.mean().item(),
+                    step_times_ms=[round(1e3 * t, 3) for t in timed.tolist()],
+                    profile=rec.save(ctx.rank),
                     steps=step, epochs_run=epoch + 1, train_time_s=train_time, t_first_step=t_first,
                     loss_curve=[round(v, 5) for v in curve.tolist()], final_loss=curve[-1].item(),
                     lr_curve=lrs, lr=peak_lr, base_lr=a.lr, warmup_steps=warmup,

@@ -1,0 +1,166 @@
+"""Notebook 02's printed findings: each sentence follows the numbers, each way and inconclusive.
+
+The rows are hand-made in the shape the notebook builds (`scaling.summarize` + `scaling_table`,
+`findings.step_row`, `findings.overlap_table`), so a sentence that were hard-coded would fail one
+of the cases: A ahead, B ahead, and a gap inside the spread.
+"""
+import pytest
+
+from dltutor.core.findings import INCONCLUSIVE
+from dltutor.ddp import batch_reference, batch_report, findings
+from dltutor.ddp.scaling import scaling_table, summarize
+
+
+def _metrics(world, b, times_ms, hw="CPU/gloo"):
+    """Per-rank lab metrics of a launch: global img/s from the mean step time of the ranks."""
+    B = world * b
+    mean = sum(times_ms) / len(times_ms)
+    return [{"world_size": world, "scaling": "weak", "per_rank_batch": b, "global_batch": B,
+             "global_img_per_s": 1e3 * B / mean, "step_time_ms": mean, "step_times_ms": times_ms,
+             "hardware": hw, "img_per_s": 1e3 * b / mean} for _ in range(world)]
+
+
+def _table(t1, t2, t1_double):
+    rows = []
+    for (n, pb), times in {(1, 16): t1, (1, 32): t1_double, (2, 16): t2}.items():
+        row = summarize(_metrics(n, pb, times))
+        if pb == 16:
+            rows.append({**row, "scaling": "weak"})
+        if n * pb == 32:
+            rows.append({**row, "scaling": "strong"})
+    return scaling_table(rows)
+
+
+def test_summarize_spread_comes_from_the_step_times():
+    row = summarize(_metrics(2, 16, [100.0, 200.0]))
+    assert row["rate_spread"] == pytest.approx((320 - 160) / 2)
+    assert summarize(_metrics(2, 16, [100.0]))["rate_spread"] == 0.0
+
+
+def test_scaling_efficiency_below_ideal():
+    # 2 ranks take twice as long per step as 1 rank: efficiency 0.5, tight spreads
+    text = findings.scaling(_table([100, 101], [200, 201], [190, 191]))
+    weak = next(s for s in text if s.startswith("weak"))
+    assert "efficiency 0.50" in weak and "below the ideal 1.0" in weak and INCONCLUSIVE not in weak
+    assert "2 ranks ran at 1.00x the throughput of 1 (ideal: 2x)" in weak
+
+
+def test_scaling_efficiency_near_ideal():
+    # same step time on 2 ranks as on 1: efficiency 1.0, inside the spread
+    text = findings.scaling(_table([100, 101], [100, 101], [200, 201]))
+    weak = next(s for s in text if s.startswith("weak"))
+    assert "efficiency 1.00" in weak and INCONCLUSIVE in weak
+
+
+def test_scaling_efficiency_inconclusive_with_noisy_steps():
+    text = findings.scaling(_table([60, 140], [100, 300], [150, 250]))
+    weak = next(s for s in text if s.startswith("weak"))
+    assert "efficiency 0.50" in weak and INCONCLUSIVE in weak
+
+
+def test_scaling_strong_against_weak_goes_each_way():
+    # strong below weak: 2 ranks with b=16 step like 1 rank with b=32
+    low = findings.scaling(_table([100, 101], [150, 151], [100, 101]))[-1]
+    assert low.startswith("strong-scaling efficiency 0.33") and "is 0.50x weak" in low
+    high = findings.scaling(_table([100, 101], [150, 151], [400, 401]))[-1]
+    assert high.startswith("strong-scaling efficiency 1.33") and "is 1.99x weak" in high
+
+
+def _brows(default, tiny, noov):
+    return [{"label": lab, "step_time_ms": t, "spread_ms": s, "timed_steps": 4,
+             "global_img_per_s": 1.0, "hardware": "CPU/gloo"}
+            for lab, (t, s) in (("bucket_cap_mb=25", default), ("bucket_cap_mb=0.05", tiny),
+                                ("no overlap (all-reduce after backward)", noov))]
+
+
+def test_buckets_no_overlap_faster():
+    text = findings.buckets(_brows((120, 2), (130, 2), (100, 2)))
+    assert text[0].startswith("fastest step here: no overlap")
+    assert "no overlap was faster" in text[1] and INCONCLUSIVE not in text[1]
+
+
+def test_buckets_overlap_faster():
+    text = findings.buckets(_brows((100, 2), (130, 2), (120, 2)))
+    assert text[0].startswith("fastest step here: bucket_cap_mb=25")
+    assert "Overlap paid off" in text[1]
+
+
+def test_buckets_inconclusive():
+    text = findings.buckets(_brows((100, 15), (103, 15), (104, 15)))
+    assert text[0].startswith("no variant stepped fastest") and INCONCLUSIVE in text[0]
+    assert INCONCLUSIVE in text[1]
+    assert "paid off" not in text[1] and "was faster" not in text[1]
+
+
+def test_step_row_uses_the_slowest_rank():
+    ms = _metrics(2, 16, [100.0, 110.0])
+    ms[1] = {**ms[1], "step_times_ms": [200.0, 240.0]}
+    row = findings.step_row("x", ms)
+    assert row["step_time_ms"] == 220.0 and row["spread_ms"] == 20.0 and row["timed_steps"] == 2
+
+
+def _orows(label, fractions, comm=10.0):
+    return [{"label": label, "rank": i % 2, "step": i // 2, "t_iter_ms": 100.0, "t_forward_ms": 30.0,
+             "t_backward_ms": 50.0, "t_comm_ms": comm, "t_overlap_ms": f * comm,
+             "t_other_ms": 100.0 - (80 + comm - f * comm), "overlap_fraction": f, "buckets": 2}
+            for i, f in enumerate(fractions)]
+
+
+def test_overlap_table_means_and_spread():
+    t = findings.overlap_table(_orows("a", [0.2, 0.4, 0.6]) + _orows("b", [0.0, 0.0]))
+    a, b = t
+    assert a["overlap_fraction"] == pytest.approx(0.4) and a["fraction_spread"] == pytest.approx(0.2)
+    assert a["samples"] == 3 and b["overlap_fraction"] == 0.0
+
+
+def test_overlap_sentences_each_way():
+    small_wins = findings.overlap(findings.overlap_table(
+        _orows("tiny buckets", [0.8, 0.9]) + _orows("default", [0.1, 0.2]) + _orows("no overlap", [0, 0])))
+    assert "tiny buckets 0.85" in small_wins[0] and small_wins[1].startswith("tiny buckets (0.85")
+    assert "tiny buckets hid a larger share of its all-reduce behind backward (+0.70)" in small_wins[1]
+    default_wins = findings.overlap(findings.overlap_table(
+        _orows("tiny buckets", [0.1, 0.2]) + _orows("default", [0.8, 0.9]) + _orows("no overlap", [0, 0])))
+    assert default_wins[1].startswith("default (0.85") and "default hid a larger share of its all-reduce behind backward (+0.70)" in default_wins[1]
+    tie = findings.overlap(findings.overlap_table(
+        _orows("tiny buckets", [0.2, 0.8]) + _orows("default", [0.3, 0.7]) + _orows("no overlap", [0, 0])))
+    assert INCONCLUSIVE in tie[1]
+    assert "0 as it must be" in tie[-2] and "90%" in tie[-1]
+
+
+def test_overlap_control_flags_overlap_under_no_sync():
+    text = findings.overlap(findings.overlap_table(_orows("default", [0.5]) + _orows("no overlap", [0.4])))
+    assert "should prevent" in text[-2]
+
+
+def test_reference_is_labelled_and_printed_by_describe():
+    rows = batch_reference.rows()
+    assert {r["global_batch"] for r in rows} == set(batch_reference.TABLE)
+    text = batch_reference.findings()
+    assert text[:5] == batch_report.describe(rows, fast=False)
+    assert not any("FAST MODE" in s for s in text)
+    assert any("-14.9 points over the linear rule" in s for s in text)
+    assert "B=1024 a bigger batch no longer saves steps" in " ".join(text)
+    assert "+7.7 points as on 1 rank" in text[-1] and "opposite signs" in text[-1]
+    assert "0.18 at B=1024" in text[-2]
+
+
+def test_describe_fast_flag_adds_the_caveat_only_when_asked():
+    rows = batch_reference.rows()
+    assert batch_report.describe(rows, fast=True)[0].startswith("FAST MODE")
+    assert not batch_report.describe(rows, fast=False)[0].startswith("FAST MODE")
+
+
+def _pair(loss_ranks, acc_ranks, steps=16):
+    one = {"run": "one process (the sweep)", "global_batch": 256, "steps": 16, "final_loss": 1.2345,
+           "test_acc": 0.5, "steps_to_target": None, "lr": 0.04}
+    return [one, {**one, "run": "lab 02 on 2 ranks (CPU/gloo)", "final_loss": loss_ranks,
+                  "test_acc": acc_ranks, "steps": steps}]
+
+
+def test_lab_agreement_each_way():
+    agree = findings.lab_agreement(_pair(1.2346, 0.5))
+    assert "they agree" in agree[0] and "they agree" in agree[1] and len(agree) == 2
+    apart = findings.lab_agreement(_pair(1.5, 0.45))
+    assert "above it by 0.266" in apart[0] and "below it by 0.05" in apart[1]
+    other = findings.lab_agreement(_pair(1.2345, 0.5, steps=8))
+    assert other[-1].startswith("not the same run")
