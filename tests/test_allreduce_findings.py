@@ -125,13 +125,18 @@ def test_hierarchical_cost_model():
 
 
 # ---------------------------------------------------------------- the library table
-def test_library_table_quotes_seed_000_verbatim_and_names_backends():
+def test_library_table_quotes_seed_000_verbatim():
     folder = Path(os.environ.get("DLTUTOR_SEEDS") or ROOT.parent / "shared" / "seeds")
-    seed = (folder / f"{landscape.SEED}.txt").read_text()
+    if not folder.is_dir():   # as tests/test_sources.py: the seeds sit beside a checkout, not in it
+        pytest.skip(f"seed folder {folder} not found (set DLTUTOR_SEEDS to the seeds' folder)")
+    seed = (folder / f"{landscape.SEED}.txt").read_text(encoding="utf-8")
     for row in landscape.LIBRARIES:
         assert row["seed 000 says"] in seed, row["library"]
     for label, line in landscape.SEED_LINES:
         assert line in seed and label in seed
+
+
+def test_library_table_names_the_libraries_and_backends():
     t = landscape.table()
     assert [r["library"] for r in t] == ["MPI", "NCCL", "RCCL", "oneCCL", "Gloo"]
     md = t._repr_markdown_()
