@@ -184,7 +184,7 @@ def findings(rows: list[dict]) -> list[str]:
 def plot(result: dict, path=None):
     """Test accuracy vs updates, one line per tau (mean over seeds)."""
     import matplotlib.pyplot as plt
-    from dltutor.core.plots import labels
+    from dltutor.core.plots import finish, labels
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for tau in sorted({c["tau"] for c in result["curves"]}):
         mine = [c for c in result["curves"] if c["tau"] == tau]
@@ -194,9 +194,4 @@ def plot(result: dict, path=None):
     ax.set_xlabel(f"updates (batch {result['batch']}, lr {result['lr']})")
     ax.set_ylabel(f"test accuracy, % (mean of {len(result['seeds'])} seed(s))")
     ax.set_title(f"Async SGD, {SIMULATED}: accuracy vs updates {labels(result['data'])}", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=100)
-    return fig
+    return finish(fig, ax, path)

@@ -185,7 +185,7 @@ def findings(table: list[dict]) -> list[str]:
 def plot(table: list[dict], path=None):
     """Time per step vs W: measured (points, with the range over passes) and modelled (dashed)."""
     import matplotlib.pyplot as plt
-    from dltutor.core.plots import labels
+    from dltutor.core.plots import finish, labels
     from dltutor.core.units import fmt_bytes
     r0 = table[0]
     note = (f"gradient {fmt_bytes(r0['gradient_bytes'])}, {r0['processes']} processes on "
@@ -202,9 +202,4 @@ def plot(table: list[dict], path=None):
     ax.set_xlabel("workers W (the parameter server adds one more process)")
     ax.set_ylabel("ms per step (communication + update)")
     ax.set_title(f"Parameter server vs ring, time per step ({note})\n{labels()}", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=100)
-    return fig
+    return finish(fig, ax, path)

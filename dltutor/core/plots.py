@@ -47,3 +47,13 @@ def bar_compare(table, metric: str = "img_per_s", title: str = "", label_key: st
     if path:
         fig.savefig(path, dpi=100)
     return fig
+
+
+def finish(fig, ax, path=None):
+    """The common end of a line plot: a light grid, a small legend, a tight layout, saved to `path`."""
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=100)
+    return fig
