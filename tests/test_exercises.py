@@ -40,10 +40,13 @@ def broken(solution: str, dest: Path, *edits: tuple[str, str]) -> Path:
     return dest
 
 
-def outcome(capsys, ok: bool, passed: bool) -> str:
+def outcome(capsys, ok: bool, passed: bool, status: str = "") -> str:
+    """The check's printed verdict: exactly one "passed:", "not yet:" or "wrong:" line."""
     out = capsys.readouterr().out
     assert ok is passed, out
-    assert out.count("passed:" if passed else "not yet:") == 1, out
+    head = "passed:" if passed else f"{status or 'wrong'}:"
+    assert out.count(head) == 1 and sum(out.count(h) for h in
+                                        ("passed:", "not yet:", "wrong:")) == 1, out
     return out
 
 
@@ -63,7 +66,7 @@ def test_ddp_without_set_epoch_and_every_rank_saving_is_named(capsys, tmp_path):
 
 def test_ddp_unsolved_skeleton_says_not_yet(capsys, tmp_path):
     script = skeleton("02_ddp_multi_gpu.ipynb", "MY_DDP", tmp_path / "exercise_ddp.py")
-    out = outcome(capsys, exercise_check.check(script, echo=False), False)
+    out = outcome(capsys, exercise_check.check(script, echo=False), False, "not yet")
     for hint in ("init", "shard", "average", "rank0"):
         assert exercise_check.HINTS[hint] in out, hint
 
@@ -84,7 +87,7 @@ def test_horovod_without_broadcast_is_named(capsys, tmp_path):
 def test_horovod_unsolved_skeleton_says_not_yet(capsys, tmp_path):
     script = skeleton("03_horovod_synthetic_resnet50.ipynb", "MY_HVD",
                       tmp_path / "exercise_horovod.py")
-    out = outcome(capsys, hvd_exercise.check(script, echo=False), False)
+    out = outcome(capsys, hvd_exercise.check(script, echo=False), False, "not yet")
     for hint in ("init", "shard", "average", "rank0"):
         assert hvd_exercise.HINTS[hint] in out, hint
 
@@ -106,7 +109,7 @@ def test_reduce_scatter_that_overwrites_is_named(capsys, tmp_path):
 def test_reduce_scatter_unsolved_skeleton_says_not_yet(capsys, tmp_path):
     script = skeleton("05_ring_allreduce_visualizer.ipynb", "MY_STEP",
                       tmp_path / "reduce_scatter_step.py")
-    out = outcome(capsys, rs_exercise.check(script, echo=False), False)
+    out = outcome(capsys, rs_exercise.check(script, echo=False), False, "not yet")
     assert "step 1 changed nothing on any rank" in out
 
 
@@ -115,3 +118,52 @@ def test_contributions_decode_the_ranks_summed():
     assert rs_exercise.contributions(3 * (1 + 10 + 100), 2, 3) == [0, 1, 2]
     assert rs_exercise.contributions(2 * 20, 1, 3) == [1, 1]          # rank 1 added twice
     assert rs_exercise.contributions(7.5, 0, 3) is None
+
+
+# ------------------------------------------------------------------ typed-in answers fail
+TYPED_FINAL = '''
+from dltutor.core import dist
+from dltutor.ddp import exercise as ex
+from dltutor.ddp.exercise_check import shard_order
+
+ctx = dist.detect()
+n = ex.flat(ex.build_model()).numel()
+# no training: weights typed in, the right shard order copied from the check's own helper
+dist.report(event="final", params=[0.1] * n, init=[0.1] * n,
+            seen=shard_order(ctx["world_size"], ctx["rank"]), in_group=True,
+            group_open_at_end=False)
+'''
+
+
+@pytest.mark.parametrize("engine", ["ddp", "horovod"])
+def test_typed_in_weights_do_not_pass(capsys, tmp_path, engine):
+    script = tmp_path / "typed.py"
+    script.write_text(TYPED_FINAL)
+    check = exercise_check.check if engine == "ddp" else hvd_exercise.check
+    out = outcome(capsys, check(script, echo=False), False)
+    assert "differ from one process on the same global batches" in out
+    assert "no checkpoint was written" in out
+
+
+TYPED_STEP = '''
+from dltutor.allreduce import ring
+from dltutor.allreduce.exercise import rank_vector, run
+
+
+def reduce_scatter_step(chunks, rank, world_size, step):
+    # the right sums, rebuilt from the known vectors: no data crosses between ranks
+    c = (rank - step) % world_size
+    a, b = ring.chunk_bounds(sum(x.numel() for x in chunks), world_size)[c]
+    chunks[c] += sum(rank_vector((rank - k) % world_size)[a:b] for k in range(1, step + 1))
+
+
+if __name__ == "__main__":
+    run(reduce_scatter_step)
+'''
+
+
+def test_reduce_scatter_without_communication_does_not_pass(capsys, tmp_path):
+    script = tmp_path / "typed.py"
+    script.write_text(TYPED_STEP)
+    out = outcome(capsys, rs_exercise.check(script, echo=False), False)
+    assert "no data crossed between ranks" in out and "P0 in step 1" in out

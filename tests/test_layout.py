@@ -19,13 +19,14 @@ ALLOWED = {
     "core": set(),
     "data": {"core"},
     "launch": {"core"},
-    "single": {"core", "data"},
-    "ddp": {"core", "data", "launch", "single"},
-    "horovod": {"core", "data", "launch", "single", "ddp"},
-    "zero": {"core", "data", "launch", "single", "ddp"},
-    "allreduce": {"core", "data", "launch", "single", "ddp"},
-    "model_parallel": {"core", "data", "launch", "single", "ddp", "allreduce"},
-    "io": {"core", "data", "launch", "single", "ddp"},
+    "grading": {"core", "launch"},
+    "single": {"core", "data", "grading"},
+    "ddp": {"core", "data", "launch", "grading", "single"},
+    "horovod": {"core", "data", "launch", "grading", "single", "ddp"},
+    "zero": {"core", "data", "launch", "grading", "single", "ddp"},
+    "allreduce": {"core", "data", "launch", "grading", "single", "ddp"},
+    "model_parallel": {"core", "data", "launch", "grading", "single", "ddp", "allreduce"},
+    "io": {"core", "data", "launch", "grading", "single", "ddp"},
 }
 TOP = {"__init__", "__main__", "cli", "doctor", "kernel", "preflight"}   # the package's face: any folder
 

@@ -9,18 +9,23 @@ chunk must hold exactly the sum the model says (`RingStep.held`, shown as the se
 
 Rank r's vector holds (i + 1) * 10**r at element i, so any sum names its contributions: the
 decimal digits of value / (i + 1) count how often each rank's data was added.
-Collectives (all_reduce, reduce_scatter, ...) are blocked while the student's step runs.
+Collectives (all_reduce, reduce_scatter, ...) are blocked while the student's step runs, and its
+point-to-point calls are counted: right sums computed without any data crossing between ranks
+(typed in, or rebuilt from the known vectors) are not a solution.
 """
 from __future__ import annotations
 
 import contextlib
 import re
 import traceback
-from pathlib import Path
 
 from dltutor.allreduce import ring
 from dltutor.core import course
 from dltutor.core import dist as _dist
+from dltutor.grading import ranks
+from dltutor.grading.verdict import from_problems, not_yet, wrong
+
+EXERCISE = "05-reduce-scatter"
 
 NPROC = 3
 LENGTH = 7          # not a multiple of 3: chunks of 3, 2 and 2 elements (numpy.array_split)
@@ -34,8 +39,13 @@ def rank_vector(rank: int, length: int = LENGTH):
     return torch.arange(1, length + 1, dtype=torch.float64) * 10.0 ** rank
 
 
+P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+
+
 @contextlib.contextmanager
-def _point_to_point_only():
+def _point_to_point_only(counts: list):
+    """Collectives raise while the student's step runs; point-to-point calls are counted in
+    `counts` (one entry per call), so a step that moved no data between ranks shows."""
     import torch.distributed as tdist
 
     def refuse(name):
@@ -43,10 +53,16 @@ def _point_to_point_only():
             raise RuntimeError(f"torch.distributed.{name} is a collective: the exercise is to "
                                "write the step with send/recv (isend/irecv, batch_isend_irecv)")
         return blocked
-    saved = {n: getattr(tdist, n) for n in BLOCKED if hasattr(tdist, n)}
+
+    def counted(name, fn):
+        def call(*a, **k):
+            counts.append(name)
+            return fn(*a, **k)
+        return call
+    saved = {n: getattr(tdist, n) for n in BLOCKED + P2P if hasattr(tdist, n)}
     try:
-        for name in saved:
-            setattr(tdist, name, refuse(name))
+        for name, fn in saved.items():
+            setattr(tdist, name, refuse(name) if name in BLOCKED else counted(name, fn))
         yield
     finally:
         for name, fn in saved.items():
@@ -58,17 +74,19 @@ def run(step_fn, length: int = LENGTH) -> None:
     with _dist.session() as ctx:
         vec = rank_vector(ctx.rank, length).to(ctx.device)
         chunks = [vec[a:b] for a, b in ring.chunk_bounds(length, ctx.world_size)]
-        after = []
+        after, p2p = [], []
         for step in range(1, ctx.world_size):
+            calls = []
             try:
-                with _point_to_point_only():
+                with _point_to_point_only(calls):
                     step_fn(chunks, ctx.rank, ctx.world_size, step)
             except Exception as exc:
                 _dist.report(event="error", step=step, error="".join(
                     traceback.format_exception_only(type(exc), exc)).strip())
                 raise
             after.append(vec.cpu().tolist())
-        _dist.report(event="steps", after=after)
+            p2p.append(len(calls))
+        _dist.report(event="steps", after=after, p2p=p2p)
 
 
 # ------------------------------------------------------------------ in the kernel
@@ -107,7 +125,7 @@ def judge(metrics: list[dict], n: int = NPROC, length: int = LENGTH) -> tuple[li
         return [f"only rank(s) {[m['rank'] for m in reports]} of {n} finished"], ""
     model = [s for s in ring.ring_steps(n, length) if s.phase == "reduce-scatter"]
     for state in model:
-        wrong = []
+        bad = []
         for r in range(n):
             values = reports[r]["after"][state.phase_step - 1]
             for c in range(n):
@@ -115,15 +133,21 @@ def judge(metrics: list[dict], n: int = NPROC, length: int = LENGTH) -> tuple[li
                 if got is None or sorted(got) != sorted(state.held[r][c]):
                     seen = ("values that are no sum of the ranks' chunks" if got is None else
                             ring.label(c, _holder_first(got, r)) if got else "nothing")
-                    wrong.append(f"P{r}, chunk {c}: holds {seen}, the step model says "
+                    bad.append(f"P{r}, chunk {c}: holds {seen}, the step model says "
                                  f"{state.label(r, c)}")
-        if wrong:
+        if bad:
             unchanged = all(reports[r]["after"][state.phase_step - 1] ==
                             rank_vector(r, length).tolist() for r in range(n))
             head = (f"step {state.phase_step} changed nothing on any rank: fill in the TODOs"
                     if unchanged and state.phase_step == 1 else
                     f"after reduce-scatter step {state.phase_step} of {n - 1}:")
-            return [head, *wrong[:4]], ""
+            return [head, *bad[:4]], ""
+    silent = [f"P{m['rank']} in step {k + 1}" for m in reports
+              for k, calls in enumerate(m.get("p2p", [1] * (n - 1))) if calls == 0]
+    if silent:
+        return [f"the sums are right, but no data crossed between ranks ({', '.join(silent)} "
+                f"called no send/recv): each rank knows only its own vector; receive the left "
+                f"neighbour's chunk with dist.irecv and send yours with dist.isend"], ""
     owners = ", ".join(f"P{r} {model[-1].label(r, ring.owner_after_reduce_scatter(r, n))}"
                        for r in range(n))
     return [], (f"all {n - 1} steps match the step model on {n} ranks; complete chunks: {owners}")
@@ -131,36 +155,25 @@ def judge(metrics: list[dict], n: int = NPROC, length: int = LENGTH) -> tuple[li
 
 def work_file():
     """Where the notebook writes the student's script (`%%writefile {path}`): a user folder."""
-    from dltutor.core.env import cache_dir
-    folder = cache_dir() / "exercises"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / "reduce_scatter_step.py"
+    return ranks.work_file("reduce_scatter_step.py")
 
 
 def check(script=None, solution: bool = False, echo: bool = True, timeout: float = 180.0) -> bool:
-    """Launch `script` on 3 gloo ranks and print "passed: ..." or "not yet: ..." (never raises
-    for a wrong or crashing step; a hang ends at the ranks' 30 s timeout)."""
-    from dltutor.launch.results import LaunchError
-    from dltutor.launch.run import launch
+    """Launch `script` on 3 gloo ranks and show "passed: ...", "not yet: ..." or "wrong: ..."
+    (never raises for a wrong or crashing step; a hang ends at the ranks' 30 s timeout)."""
     if solution:
         script = course.lab("05_allreduce/solutions/reduce_scatter_step.py")
     script = script if script is not None else work_file()
-    if not Path(script).is_file():
-        print(f"not yet: there is no script at {script}: run the %%writefile cell first")
-        return False
-    env = {"CUDA_VISIBLE_DEVICES": "", "DLTUTOR_DIST_TIMEOUT": "30"}
-    try:   # 3 ranks may share fewer cores: tiny messages, so that is fine here
-        metrics = launch(script, nproc=NPROC, threads=1, timeout=timeout, echo=echo, env=env,
-                         oversubscribe=True).metrics
-    except LaunchError as exc:
-        metrics = exc.result.metrics if exc.result is not None else []
-        if not any(m.get("event") == "error" for m in metrics):
-            print(f"not yet: the script failed ({type(exc).__name__}); fix it and run this "
-                  f"cell again.\n{exc}")
-            return False
-    problems, summary = judge(metrics)
-    if not problems:
-        print(f"passed: {summary}.")
-        return True
-    print("not yet:", *(f"  - {p}" for p in problems), sep="\n")
-    return False
+    if ranks.missing(script):
+        return not_yet(EXERCISE, ranks.missing(script), reference=solution).show()
+    # 3 ranks may share fewer cores: tiny messages, so that is fine here
+    ran = ranks.run_on_ranks(script, nproc=NPROC, timeout=timeout, echo=echo)
+    if ran.failure and not ran.of("error"):
+        make = not_yet if ran.unstarted else wrong
+        return make(EXERCISE, f"the script failed; fix it and run this cell again.\n{ran.failure}",
+                    reference=solution).show()
+    problems, summary = judge(ran.metrics)
+    todo = [e for e in ran.of("error") if "NotImplementedError" in e["error"]]
+    started = not (todo or (problems and problems[0].startswith("step 1 changed nothing")))
+    return from_problems(EXERCISE, problems, summary + ".", started=started,
+                         reference=solution).show()

@@ -1,7 +1,8 @@
 """In the kernel: run the student's DDP (or Horovod) exercise script on 2 ranks and judge it.
 
-    check(path)                 # launch path on 2 gloo ranks (torchrun), print "passed" or
-                                # "not yet: ..." for each thing missing; never raises for those
+    check(path)                 # launch path on 2 gloo ranks, print "passed: ...", "not yet: ..."
+                                # (nothing distributed written) or "wrong: ..." (each thing that
+                                # differs); never raises for those (dltutor.grading.verdict)
     check(solution=True)        # the hidden solution, course/labs/02_ddp/solutions/exercise_ddp.py
 
 What is judged is what the ranks did, recorded by `dltutor.ddp.exercise`, against the library:
@@ -24,8 +25,9 @@ import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
 from dltutor.core import course
-from dltutor.core.env import cache_dir
 from dltutor.ddp import exercise as ex
+from dltutor.grading import ranks
+from dltutor.grading.verdict import Verdict, from_problems, not_yet, wrong
 
 NPROC = 2
 TOLERANCE = 1e-5       # max |difference| of a weight allowed against the reference
@@ -52,9 +54,7 @@ HINTS = {  # what to write, in the words of the notebook's TODOs
 
 def work_file(name: str = "exercise_ddp.py"):
     """Where the notebook writes the student's script (`%%writefile {path}`): a user folder."""
-    folder = cache_dir() / "exercises"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / name
+    return ranks.work_file(name)
 
 
 def shard_order(world_size: int, rank: int, epochs: int = ex.EPOCHS) -> list[int]:
@@ -154,25 +154,24 @@ def judge(metrics: list[dict], nproc: int = NPROC, hints: dict = HINTS,
     return problems, summary
 
 
-def verdict(problems: list[str], summary: str) -> bool:
-    """Print the outcome: 'passed' with the evidence, or 'not yet:' and each thing missing."""
-    if not problems:
-        print(f"passed: {summary}; one checkpoint, written by rank 0.")
-        return True
-    print("not yet:")
-    for p in problems:
-        print(f"  - {p}")
-    return False
+def verdict(problems: list[str], summary: str, exercise: str = "02-ddp", hints: dict = HINTS,
+            reference: bool = False) -> Verdict:
+    """solved (with the evidence), not yet (no process group was ever joined: none of the
+    distributed lines written) or wrong (each thing that differs)."""
+    started = hints["init"] not in problems
+    return from_problems(exercise, problems, f"{summary}; one checkpoint, written by rank 0",
+                         started=started, reference=reference)
 
 
 def run_and_judge(script, backend: str, args=(), hints: dict = HINTS, teardown: bool = True,
-                  echo: bool = True, timeout: float = 180.0) -> bool:
-    """Launch `script` on NPROC CPU ranks and print the verdict; a crash is a 'not yet' too."""
+                  echo: bool = True, timeout: float = 180.0, exercise: str = "02-ddp",
+                  reference: bool = False) -> bool:
+    """Launch `script` on NPROC CPU ranks and show the verdict; a crash is 'wrong' (or 'not
+    yet' when a TODO still raises NotImplementedError)."""
     from dltutor.launch.results import LaunchError
     from dltutor.launch.run import launch
-    if not Path(script).is_file():
-        print(f"not yet: there is no script at {script}: run the %%writefile cell first")
-        return False
+    if ranks.missing(script):
+        return not_yet(exercise, ranks.missing(script), reference=reference).show()
     # each check gets its own checkpoint folder: two checks at once never share a file
     with tempfile.TemporaryDirectory(dir=work_file().parent, prefix="ckpt-") as folder:
         env = {ex.CHECKPOINT_ENV: str(Path(folder) / "checkpoint.pt"), "CUDA_VISIBLE_DEVICES": "",
@@ -181,14 +180,17 @@ def run_and_judge(script, backend: str, args=(), hints: dict = HINTS, teardown: 
             result = launch(script, nproc=NPROC, backend=backend, args=list(args), env=env,
                             threads=1, timeout=timeout, echo=echo)
         except LaunchError as exc:
-            print(f"not yet: the script failed ({type(exc).__name__}); fix it and run this cell "
-                  f"again.\n{exc}")
-            return False
-        return verdict(*judge(result.metrics, NPROC, hints, teardown))
+            ran = ranks.Ran(failure=str(exc), logs=exc.result.logs if exc.result else {})
+            make = not_yet if ran.unstarted else wrong
+            return make(exercise, f"the script failed ({type(exc).__name__}); fix it and run "
+                        f"this cell again.\n{exc}", reference=reference).show()
+        return verdict(*judge(result.metrics, NPROC, hints, teardown), exercise=exercise,
+                       hints=hints, reference=reference).show()
 
 
 def check(script=None, solution: bool = False, echo: bool = True) -> bool:
     """Notebook 02's exercise: run `script` (the student's file) with torchrun on 2 gloo ranks."""
     if solution:
         script = course.lab("02_ddp/solutions/exercise_ddp.py")
-    return run_and_judge(script if script is not None else work_file(), "local", echo=echo)
+    return run_and_judge(script if script is not None else work_file(), "local", echo=echo,
+                         reference=solution)

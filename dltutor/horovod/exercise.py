@@ -1,6 +1,6 @@
 """In the kernel: run the student's Horovod exercise script on 2 workers and judge it.
 
-    check(path)            # horovodrun -np 2 --gloo on the CPU, then "passed" or "not yet: ..."
+    check(path)            # horovodrun -np 2 --gloo on the CPU, then "passed", "not yet" or "wrong: ..."
     check(solution=True)   # the hidden solution:
                            # course/labs/03_horovod/solutions/exercise_horovod.py
 
@@ -46,4 +46,5 @@ def check(script=None, solution: bool = False, echo: bool = True) -> bool:
         script = course.lab("03_horovod/solutions/exercise_horovod.py")
     # --no-cuda: the Horovod back end then picks --gloo even on a GPU node (the check is on CPUs)
     return exercise_check.run_and_judge(script if script is not None else work_file(), "horovod",
-                                        args=["--no-cuda"], hints=HINTS, teardown=False, echo=echo)
+                                        args=["--no-cuda"], hints=HINTS, teardown=False, echo=echo,
+                                        exercise="03-horovod", reference=solution)

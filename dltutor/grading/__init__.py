@@ -1,0 +1,12 @@
+"""grading: the course's exercises as one set: verdicts, running the student's code, the report.
+
+  verdict.py  Verdict: solved / not yet / wrong with the check's message; printed for the student
+              and recorded in the notebook's output (metadata) for the instructor's report
+  ranks.py    run the student's script on real ranks (the course launcher) and collect what they
+              reported; an unfilled skeleton (NotImplementedError) is "not yet", a crash "wrong"
+  catalog.py  every exercise of the course: id, notebook, what the student writes, on how many ranks
+  report.py   the instructor's report from the students' executed notebooks: per student, per
+              exercise, as an HTML table and a CSV (`python -m dltutor report FOLDER`)
+  handout.py  the nbgitpuller link that hands the course out: cloned into each student's home on
+              the hub, notebook 01 opened (`gitpuller_link`)
+"""
