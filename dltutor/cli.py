@@ -1,4 +1,4 @@
-"""`python -m dltutor ...`: the doctor, data staging and the Jupyter kernel, from a shell.
+"""`python -m dltutor ...`: the doctor, data staging, the Jupyter kernel and the report, from a shell.
 
     python -m dltutor doctor                 # the environment table (exit 1 if a row is a problem)
     python -m dltutor data stage --from DIR  # copy a shared CIFAR-10 (or Fashion-MNIST) into the data dir
@@ -6,6 +6,8 @@
     python -m dltutor kernel install         # register this python as the Jupyter kernel `dltutor`
     python -m dltutor kernel uninstall       # remove it
     python -m dltutor preflight [--fast] [--site NAME] [--notebooks 02 05]   # the day before class
+    python -m dltutor report FOLDER [--csv out.csv] [--html out.html]   # the students' exercises
+                                             # from FOLDER/<student>/**/NN_*.ipynb (executed, saved)
 """
 from __future__ import annotations
 
@@ -66,6 +68,21 @@ def _preflight(args) -> int:
     return status
 
 
+def _report(args) -> int:
+    from dltutor.grading import report
+    try:
+        rep = report.collect(args.folder)
+    except report.ReportError as exc:
+        print(f"python -m dltutor report: {exc}", file=sys.stderr)
+        return 2
+    print(rep.text())
+    for path, write in ((args.csv, rep.csv), (args.html, rep.html)):
+        if path is not None:
+            write(path)
+            print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dltutor", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,6 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
                    default=None, help="report folder (default <dltutor cache>/preflight/<time>)")
     f.add_argument("--timeout", type=flags.positive_int, default=1800, help="seconds per notebook cell (default 1800)")
     f.set_defaults(func=_preflight)
+
+    r = sub.add_parser("report", help="the instructor's report: per student, per exercise, from "
+                       "the students' executed notebooks")
+    r.add_argument("folder", type=Path, help="one folder per student holding their notebooks "
+                   "(NN_*.ipynb, executed and saved), e.g. copies of their homes")
+    r.add_argument("--csv", type=Path, default=None, help="also write student,exercise,notebook,"
+                   "status,message to this file")
+    r.add_argument("--html", type=Path, default=None, help="also write the coloured table here")
+    r.set_defaults(func=_report)
     return p
 
 

@@ -83,13 +83,13 @@ if [ "$WITH_TEST" = 1 ]; then
   HUB=$CACHE/hub
   hub_want=$(cat tests/hub/requirements.txt tests/hub/proxy-version | sha256sum | cut -c1-16)
   if [ "$(cat "$HUB/.stamp" 2>/dev/null)" != "$hub_want" ]; then
-    step "JupyterHub + batchspawner (own venv) and configurable-http-proxy (npm) for the hub test"
+    step "JupyterHub + batchspawner + nbgitpuller (own venv) and configurable-http-proxy (npm) for the hub test"
     command -v npm >/dev/null || { echo "ERROR: the hub test needs npm (Node.js) for configurable-http-proxy"; exit 1; }
     rm -rf "$HUB" && mkdir -p "$HUB"
     "${PYTHON:-$(command -v python3.11 || command -v python3)}" -m venv "$HUB/venv"
     "$HUB/venv/bin/pip" install -q -c constraints.txt -r tests/hub/requirements.txt 2>&1 | grep -v "is ignored" || true
     npm install -s --no-fund --no-audit --prefix "$HUB/npm" "configurable-http-proxy@$(cat tests/hub/proxy-version)" >/dev/null
-    "$HUB/venv/bin/python" -c "import jupyterhub, batchspawner" && [ -x "$HUB/npm/node_modules/.bin/configurable-http-proxy" ] \
+    "$HUB/venv/bin/python" -c "import jupyterhub, batchspawner, nbgitpuller" && [ -x "$HUB/npm/node_modules/.bin/configurable-http-proxy" ] \
       || { echo "ERROR: the hub for the tests did not install (see above)"; exit 1; }
     echo "$hub_want" > "$HUB/.stamp"
   else

@@ -5,6 +5,8 @@
   ranks.py    run the student's script on real ranks (the course launcher) and collect what they
               reported; an unfilled skeleton (NotImplementedError) is "not yet", a crash "wrong"
   catalog.py  every exercise of the course: id, notebook, what the student writes, on how many ranks
+  calls.py    inside the ranks: record the communication calls an exercise allows (shape, phase,
+              what a send carried), refuse the others, so a check can count the messages
   report.py   the instructor's report from the students' executed notebooks: per student, per
               exercise, as an HTML table and a CSV (`python -m dltutor report FOLDER`)
   handout.py  the nbgitpuller link that hands the course out: cloned into each student's home on

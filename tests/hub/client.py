@@ -2,7 +2,9 @@
 
 `Hub` starts JupyterHub (tests/hub/jupyterhub_config.py) from its own Python and stops it;
 `login` posts the login form as a browser would; `run_cells` executes code on a kernel of the
-user's server over the kernel websocket, the way JupyterLab does, and returns each cell's text.
+user's server over the kernel websocket, the way JupyterLab does, and returns each cell's text
+(`execute`: each cell's outputs as a notebook saves them, metadata included); `follow_gitpuller`
+opens an nbgitpuller link as the browser does: the status page, its event stream, the redirect.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import unquote, urljoin
 
 import requests
 import websocket
@@ -95,25 +98,43 @@ def _message(code: str, session: str) -> dict:
                         "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}}
 
 
-def run_cells(server_url: str, token: str, kernel_id: str, cells: list[str],
-              timeout: float = 300) -> list[str]:
-    """Execute `cells` in order on kernel `kernel_id`; each cell's stream/result text, or raise
-    with the error's traceback (the first cell that fails stops the run, as in JupyterLab)."""
+def execute(server_url: str, token: str, kernel_id: str, cells: list[str],
+            timeout: float = 300) -> list[list[dict]]:
+    """Execute `cells` in order on kernel `kernel_id`; each cell's outputs (nbformat dicts), or
+    raise with the error's traceback (the first cell that fails stops the run, as in JupyterLab)."""
     ws_url = server_url.replace("http", "ws", 1) + f"api/kernels/{kernel_id}/channels"
     ws = websocket.create_connection(ws_url, header=[f"Authorization: token {token}"],
                                      timeout=timeout)
-    session, texts = uuid.uuid4().hex, []
+    session, outputs = uuid.uuid4().hex, []
     try:
         for code in cells:
             msg = _message(code, session)
             ws.send(json.dumps(msg))
-            texts.append(_collect(ws, msg["header"]["msg_id"], code, timeout))
+            outputs.append(_collect(ws, msg["header"]["msg_id"], code, timeout))
     finally:
         ws.close()
-    return texts
+    return outputs
 
 
-def _collect(ws, msg_id: str, code: str, timeout: float) -> str:
+def text_of(outputs: list[dict]) -> str:
+    out = []
+    for o in outputs:
+        if o["output_type"] == "stream":
+            out.append(o["text"])
+        elif o["output_type"] == "error":
+            out.append("\n".join(o["traceback"]))
+        else:
+            out.append(o.get("data", {}).get("text/plain", ""))
+    return "".join(out)
+
+
+def run_cells(server_url: str, token: str, kernel_id: str, cells: list[str],
+              timeout: float = 300) -> list[str]:
+    """Each cell's stream/result text (see `execute`)."""
+    return [text_of(o) for o in execute(server_url, token, kernel_id, cells, timeout)]
+
+
+def _collect(ws, msg_id: str, code: str, timeout: float) -> list[dict]:
     out, reply, idle = [], None, False
     deadline = time.monotonic() + timeout
     while not (reply and idle):
@@ -124,16 +145,55 @@ def _collect(ws, msg_id: str, code: str, timeout: float) -> str:
             continue
         kind, content = m["header"]["msg_type"], m["content"]
         if kind == "stream":
-            out.append(content["text"])
+            out.append({"output_type": "stream", "name": content["name"], "text": content["text"]})
         elif kind in ("execute_result", "display_data"):
-            out.append(content.get("data", {}).get("text/plain", ""))
+            o = {"output_type": kind, "data": content.get("data", {}),
+                 "metadata": content.get("metadata", {})}
+            if kind == "execute_result":
+                o["execution_count"] = content.get("execution_count")
+            out.append(o)
         elif kind == "error":
-            out.append("\n".join(content["traceback"]))
+            out.append({"output_type": "error", "ename": content["ename"],
+                        "evalue": content["evalue"], "traceback": content["traceback"]})
         elif kind == "status" and content["execution_state"] == "idle":
             idle = True
         elif kind == "execute_reply":
             reply = content
-    text = "".join(out)
     if reply["status"] != "ok":
-        raise RuntimeError(f"cell failed on the hub's kernel:\n{code[:300]}\n---\n{text[-3000:]}")
-    return text
+        raise RuntimeError(f"cell failed on the hub's kernel:\n{code[:300]}\n---\n"
+                           f"{text_of(out)[-3000:]}")
+    return out
+
+
+def follow_gitpuller(session: requests.Session, link: str,
+                     timeout: float = 180) -> tuple[requests.Response, list[str]]:
+    """Open an nbgitpuller link as a browser does: follow it to the user's server (the hub's
+    user-redirect and OAuth), read the status page's settings, run its sync (the event stream
+    its JavaScript opens) to the end, then go where the page sends the browser. Returns that
+    last response and the sync's output lines; raises when the sync reports an error."""
+    page = session.get(link, timeout=60)
+    page.raise_for_status()
+    attrs = {k: unquote(v) for k, v in re.findall(r'data-([a-z-]+)="([^"]*)"', page.text)}
+    if "repo" not in attrs:
+        raise RuntimeError(f"{page.url} is not nbgitpuller's status page:\n{page.text[:500]}")
+    query = {"_xsrf": attrs.get("xsrf", ""), "repo": attrs["repo"], "targetpath": attrs["targetpath"],
+             **{k: attrs[k] for k in ("depth", "branch", "backup") if k in attrs}}
+    base = urljoin(page.url, attrs["base-url"])          # the server's address, as the page's JS
+    lines, done = [], None
+    with session.get(base + "git-pull/api", params=query, stream=True,
+                     timeout=timeout) as events:
+        deadline = time.monotonic() + timeout
+        for line in events.iter_lines(decode_unicode=True):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nbgitpuller did not finish in {timeout} s: {lines[-5:]}")
+            if not line or not line.startswith("data:"):
+                continue
+            event = json.loads(line[5:])
+            lines.append(event.get("output") or event.get("message") or "")
+            if event.get("phase") in ("finished", "error"):
+                done = event
+                break
+    if done is None or done["phase"] != "finished":
+        raise RuntimeError(f"nbgitpuller's sync failed: {done}\n{''.join(lines)[-2000:]}")
+    landing = session.get(base + attrs["path"], timeout=60)
+    return landing, lines

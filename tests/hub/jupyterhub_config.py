@@ -42,7 +42,7 @@ c.SlurmSpawner.batch_script = """#!/bin/bash
 c.SlurmSpawner.req_nprocs = e.get("HUB_JOB_CPUS", "2")
 c.Spawner.cmd = [e["HUB_SINGLEUSER"]]
 c.Spawner.args = ["--allow-root"] if os.getuid() == 0 else []
-c.Spawner.notebook_dir = e["HUB_NOTEBOOK_DIR"]
+c.Spawner.notebook_dir = e["HUB_NOTEBOOK_DIR"]   # the student's home: nbgitpuller's links clone into it
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = c.Spawner.http_timeout = int(e.get("HUB_START_TIMEOUT", "180"))
 # What the portal's job sees: its Slurm, the user's Jupyter data dir (where `python -m dltutor kernel
