@@ -10,12 +10,11 @@ chunk must hold exactly the sum the model says (`RingStep.held`, shown as the se
 Rank r's vector holds (i + 1) * 10**r at element i, so any sum names its contributions: the
 decimal digits of value / (i + 1) count how often each rank's data was added.
 Collectives (all_reduce, reduce_scatter, ...) are blocked while the student's step runs, and its
-point-to-point calls are counted: right sums computed without any data crossing between ranks
-(typed in, or rebuilt from the known vectors) are not a solution.
+point-to-point calls are counted (`dltutor.grading.calls`): right sums computed without any data
+crossing between ranks (typed in, or rebuilt from the known vectors) are not a solution.
 """
 from __future__ import annotations
 
-import contextlib
 import re
 import traceback
 
@@ -23,50 +22,19 @@ from dltutor.allreduce import ring
 from dltutor.core import course
 from dltutor.core import dist as _dist
 from dltutor.grading import ranks
+from dltutor.grading.calls import CallLog, watched
 from dltutor.grading.verdict import from_problems, not_yet, wrong
 
 EXERCISE = "05-reduce-scatter"
 
 NPROC = 3
 LENGTH = 7          # not a multiple of 3: chunks of 3, 2 and 2 elements (numpy.array_split)
-BLOCKED = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather",
-           "all_gather_into_tensor", "reduce", "broadcast", "all_to_all", "scatter", "gather")
 
 
 # ------------------------------------------------------------------ inside the launched ranks
 def rank_vector(rank: int, length: int = LENGTH):
     import torch
     return torch.arange(1, length + 1, dtype=torch.float64) * 10.0 ** rank
-
-
-P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
-
-
-@contextlib.contextmanager
-def _point_to_point_only(counts: list):
-    """Collectives raise while the student's step runs; point-to-point calls are counted in
-    `counts` (one entry per call), so a step that moved no data between ranks shows."""
-    import torch.distributed as tdist
-
-    def refuse(name):
-        def blocked(*_a, **_k):
-            raise RuntimeError(f"torch.distributed.{name} is a collective: the exercise is to "
-                               "write the step with send/recv (isend/irecv, batch_isend_irecv)")
-        return blocked
-
-    def counted(name, fn):
-        def call(*a, **k):
-            counts.append(name)
-            return fn(*a, **k)
-        return call
-    saved = {n: getattr(tdist, n) for n in BLOCKED + P2P if hasattr(tdist, n)}
-    try:
-        for name, fn in saved.items():
-            setattr(tdist, name, refuse(name) if name in BLOCKED else counted(name, fn))
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(tdist, name, fn)
 
 
 def run(step_fn, length: int = LENGTH) -> None:
@@ -76,16 +44,18 @@ def run(step_fn, length: int = LENGTH) -> None:
         chunks = [vec[a:b] for a, b in ring.chunk_bounds(length, ctx.world_size)]
         after, p2p = [], []
         for step in range(1, ctx.world_size):
-            calls = []
+            log = CallLog()
             try:
-                with _point_to_point_only(calls):
+                with watched(log, record=("send", "recv", "isend", "irecv"),
+                             allow=("batch_isend_irecv",), namespaces=[step_fn.__globals__],
+                             why="write the step with send/recv (isend/irecv, batch_isend_irecv)"):
                     step_fn(chunks, ctx.rank, ctx.world_size, step)
             except Exception as exc:
                 _dist.report(event="error", step=step, error="".join(
                     traceback.format_exception_only(type(exc), exc)).strip())
                 raise
             after.append(vec.cpu().tolist())
-            p2p.append(len(calls))
+            p2p.append(len(log.calls))
         _dist.report(event="steps", after=after, p2p=p2p)
 
 

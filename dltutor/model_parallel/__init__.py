@@ -8,4 +8,10 @@ parallelism (3D). Used by notebook 06 and lab `06_model_parallel`.
   runs.py        from the kernel: run the two lab scripts, tables (incl. a strategy table adapted from seed 003)
   findings.py    what the runs showed, as sentences: TP checks, bubble vs (p-1)/(m+p-1), 1F1B's memory
   plots.py       timeline, bubble vs micro-batches, TP checks, bytes per form
+  exercise_tp.py     exercise 06-tensor-parallel: the student's Megatron MLP on 2 ranks, given only
+                     its slices, against the one-process MLP (outputs, gradients, one all-reduce each way)
+  exercise_pp.py     exercise 06-pipeline: the student's GPipe forward over 2 stages, given only its
+                     stage; losses against one process, the sends read for micro-batch count and order
+  exercise_place.py  exercise 06-placement: the student's place(rank, tp, pp, dp, gpus_per_node) on
+                     unseen cluster shapes (mesh.check_placement), then seed 001's 32-GPU job
 """
