@@ -6,6 +6,7 @@ the device starves. Used by notebook 07 and lab `07_io`.
   measure.py   read throughput, time-to-first-batch, page-cache drop and residency, staging copy
   sharding.py  file-level shards per rank vs DistributedSampler, coverage and balance checks
   starve.py    the training step fed by a pipeline: data wait vs compute, the exercise's check
+  exercise_shards.py  the file-sharding exercise: shards, the ranks' loop (run), the check
   bench.py     the notebook's and lab's measurements, one call each
   runs.py      lab 07_io on N ranks from the kernel, rows from its reports
   findings.py  what this run measured, as sentences with its spreads (formats, workers, staging, starving)

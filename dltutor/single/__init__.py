@@ -5,4 +5,5 @@
   speed.py   images/s of several set-ups side by side (workers, on-device data, AMP, compile)
   plots.py   training curves, image grids, the per-epoch table
   findings.py  what this run showed (speed variants, curves, batch sizes) as printed sentences
+  exercise.py  the batch-size exercise: re-runs the student's measure() beside its own, the check
 """
