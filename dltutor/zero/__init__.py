@@ -8,4 +8,8 @@
   runs.py    from the kernel: launch the DeepSpeed and FSDP2 labs and turn their reports into rows
   plots.py   the memory stack per stage, predicted vs measured, samples/s, loss curves
   findings.py  the sentences of "what this run shows": fit on paper, budget, ratios, speed, FSDP2
+  exercise_memory.py  exercise 04-memory: the student's model-state formula, checked on unseen
+                      (p, d, stage) against memory.estimate_zero_memory, then the GPUs it asks
+  exercise_zero1.py   exercise 04-zero1: ZeRO-1 by hand on 2 gloo ranks (the ranks' harness and
+                      the kernel's check against one process's torch.optim.Adam)
 """
