@@ -12,9 +12,9 @@ import nbformat
 import pytest
 
 from dltutor.allreduce import exercise as rs_exercise
-from dltutor.core import course
 from dltutor.ddp import exercise_check
 from dltutor.horovod import exercise as hvd_exercise
+from exercise_files import broken
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -27,16 +27,6 @@ def skeleton(notebook: str, variable: str, dest: Path) -> Path:
     cells = [c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith(head)]
     assert len(cells) == 1, f"{notebook}: expected one `{head.strip()}` cell, found {len(cells)}"
     dest.write_text(cells[0][len(head):] + "\n")
-    return dest
-
-
-def broken(solution: str, dest: Path, *edits: tuple[str, str]) -> Path:
-    """A copy of the hidden solution with `edits` (old, new) applied; each must apply."""
-    text = course.lab(solution).read_text()
-    for old, new in edits:
-        assert old in text, f"{solution} no longer contains {old!r}: update this test"
-        text = text.replace(old, new)
-    dest.write_text(text)
     return dest
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from dltutor.core import course
 from dltutor.io import exercise_shards
+from exercise_files import broken
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "course" / "notebooks"
@@ -25,16 +26,6 @@ def cell_starting(notebook: str, head: str) -> str:
     cells = [c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith(head)]
     assert len(cells) == 1, f"{notebook}: expected one cell starting {head!r}, found {len(cells)}"
     return cells[0]
-
-
-def broken(solution: str, dest: Path, *edits: tuple[str, str]) -> Path:
-    """A copy of the solution with `edits` (old, new) applied; each must apply."""
-    text = course.lab(solution).read_text()
-    for old, new in edits:
-        assert old in text, f"{solution} no longer contains {old!r}: update this test"
-        text = text.replace(old, new)
-    dest.write_text(text)
-    return dest
 
 
 def verdict(capsys, ok: bool, status: str) -> str:

@@ -13,9 +13,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dltutor.core import course
 from dltutor.grading import calls
 from dltutor.model_parallel import exercise_place, exercise_pp, exercise_tp
+from exercise_files import broken
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "course" / "notebooks" / "06_model_parallelism.ipynb"
@@ -34,16 +34,6 @@ def skeleton(variable: str, dest: Path) -> Path:
     """The notebook's `%%writefile {variable}` cell, as the unsolved student's file."""
     head = f"%%writefile {{{variable}}}\n"
     dest.write_text(cell(head)[len(head):] + "\n")
-    return dest
-
-
-def broken(solution: str, dest: Path, *edits: tuple[str, str]) -> Path:
-    """A copy of the hidden solution with `edits` (old, new) applied; each must apply."""
-    text = course.lab(solution).read_text()
-    for old, new in edits:
-        assert old in text, f"{solution} no longer contains {old!r}: update this test"
-        text = text.replace(old, new)
-    dest.write_text(text)
     return dest
 
 

@@ -4,6 +4,7 @@
     ran.metrics                              # every DLTUTOR_METRICS record of every rank
     ran.failure                              # None, or the launcher's message (failing rank named)
     ran.unstarted                            # a rank stopped at a TODO (NotImplementedError)
+    check_script(exercise, script, judge, ...)   # the usual check: run, judge, show the verdict
 
 The ranks run on the CPU with gloo (CUDA_VISIBLE_DEVICES="") and a bounded process-group timeout
 (DLTUTOR_DIST_TIMEOUT), so a script that hangs in a collective fails within `timeout` seconds with
@@ -11,6 +12,7 @@ the stuck rank named, and nothing is left running (the launcher's guarantee).
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,3 +73,31 @@ def run_on_ranks(script, nproc: int = 2, *, args=(), env=None, timeout: float = 
         return Ran(metrics=res.metrics if res is not None else [], failure=str(exc),
                    logs=res.logs if res is not None else {})
     return Ran(metrics=result.metrics, logs=result.logs)
+
+
+def check_script(exercise: str, script, judge, *, nproc: int = 2, todo: str = "",
+                 seed_env: str | None = None, reference: bool = False, echo: bool = True,
+                 timeout: float = 120.0, seed: int | None = None) -> bool:
+    """The usual check: run the student's `script` on `nproc` ranks, judge, show the verdict.
+
+    `judge(metrics)` (or `judge(metrics, seed)` with `seed_env`: a fresh seed per check, passed
+    to the ranks in that variable, so no answer can be typed in ahead) returns (problems,
+    summary). Missing file or a TODO still raising: not yet (`todo` says what to fill in); a
+    crash before the ranks reported: wrong, with the launcher's message (failing rank named)."""
+    from dltutor.grading.verdict import from_problems, not_yet, wrong
+    if missing(script):
+        return not_yet(exercise, missing(script), reference=reference).show()
+    env = {}
+    if seed_env:
+        seed = random.randrange(1, 10 ** 6) if seed is None else seed
+        env[seed_env] = str(seed)
+    ran = run_on_ranks(script, nproc=nproc, env=env, timeout=timeout, echo=echo)
+    if ran.unstarted:
+        return not_yet(exercise, f"a TODO still raises NotImplementedError: fill in {todo}, run "
+                       "the %%writefile cell, then this check", reference=reference).show()
+    if ran.failure and not ran.of("error"):
+        return wrong(exercise, f"the script failed; fix it and run this cell again.\n"
+                     f"{ran.failure}", reference=reference).show()
+    problems, summary = judge(ran.metrics, seed) if seed_env else judge(ran.metrics)
+    summary = summary if not summary or summary.endswith(".") else summary + "."
+    return from_problems(exercise, problems, summary, reference=reference).show()

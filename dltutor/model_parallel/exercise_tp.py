@@ -19,14 +19,12 @@ a rank's output that is only its partial sum, an input gradient that was never a
 from __future__ import annotations
 
 import os
-import random
 import traceback
 
 from dltutor.core import course
 from dltutor.core import dist as _dist
 from dltutor.grading import ranks
 from dltutor.grading.calls import CallLog, watched
-from dltutor.grading.verdict import from_problems, not_yet, wrong
 
 EXERCISE = "06-tensor-parallel"
 NPROC = 2
@@ -244,17 +242,6 @@ def check(script=None, solution: bool = False, echo: bool = True, timeout: float
     if solution:
         script = course.lab(SOLUTION)
     script = script if script is not None else work_file()
-    if ranks.missing(script):
-        return not_yet(EXERCISE, ranks.missing(script), reference=solution).show()
-    seed = random.randrange(1, 10 ** 6) if seed is None else seed
-    ran = ranks.run_on_ranks(script, nproc=NPROC, env={SEED_ENV: str(seed)}, timeout=timeout,
-                             echo=echo)
-    if ran.unstarted:
-        return not_yet(EXERCISE, "a TODO still raises NotImplementedError: fill in f, g and "
-                       "tp_mlp, run the %%writefile cell, then this check",
-                       reference=solution).show()
-    if ran.failure and not ran.of("error"):
-        return wrong(EXERCISE, f"the script failed; fix it and run this cell again.\n"
-                     f"{ran.failure}", reference=solution).show()
-    problems, summary = judge(ran.metrics, seed)
-    return from_problems(EXERCISE, problems, summary + ".", reference=solution).show()
+    return ranks.check_script(EXERCISE, script, judge, nproc=NPROC, todo='f, g and tp_mlp',
+                              seed_env=SEED_ENV, reference=solution, echo=echo, timeout=timeout,
+                              seed=seed)

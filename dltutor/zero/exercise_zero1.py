@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import gc
 import os
-import random
 import traceback
 
 import torch
@@ -27,7 +26,6 @@ from torch import nn
 from dltutor.core import course
 from dltutor.core import dist as _dist
 from dltutor.grading import ranks
-from dltutor.grading.verdict import from_problems, not_yet
 
 EXERCISE = "04-zero1"
 NPROC, STEPS, PER_RANK_BATCH = 2, 3, 4
@@ -279,18 +277,6 @@ def check(script=None, solution: bool = False, echo: bool = False, seed: int | N
     if solution:
         script = course.lab("04_deepspeed/solutions/zero1_by_hand.py")
     script = work_file() if script is None else script
-    if ranks.missing(script):
-        return not_yet(EXERCISE, ranks.missing(script), reference=solution).show()
-    seed = random.randrange(1, 10**6) if seed is None else seed
-    ran = ranks.run_on_ranks(script, NPROC, env={SEED_ENV: str(seed)}, timeout=timeout,
-                             echo=echo)
-    if ran.unstarted:
-        return not_yet(EXERCISE, "a TODO still raises NotImplementedError: fill in "
-                       "shard_bounds and Zero1, run the %%writefile cell, then this check",
-                       reference=solution).show()
-    if ran.failure and not ran.of("error"):
-        problems, summary = [f"the script failed before the check could judge it: "
-                             f"{ran.failure}"], ""
-    else:
-        problems, summary = judge(ran.metrics, seed)
-    return from_problems(EXERCISE, problems, summary, reference=solution).show()
+    return ranks.check_script(EXERCISE, script, judge, nproc=NPROC,
+                              todo="shard_bounds and Zero1", seed_env=SEED_ENV,
+                              reference=solution, echo=echo, timeout=timeout, seed=seed)
