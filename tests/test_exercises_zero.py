@@ -15,11 +15,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dltutor.core import course
 from dltutor.core.units import GiB
 from dltutor.zero import memory
 from dltutor.zero import exercise_memory as mem_ex
 from dltutor.zero import exercise_zero1 as z1
+from exercise_files import broken as broken_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "course" / "notebooks" / "04_deepspeed_out_of_core_bert.ipynb"
@@ -42,13 +42,8 @@ def skeleton(dest: Path) -> Path:
 
 
 def broken(dest: Path, *edits: tuple[str, str]) -> Path:
-    """A copy of the hidden solution with `edits` (old, new) applied; each must apply."""
-    text = course.lab(SOLUTION).read_text()
-    for old, new in edits:
-        assert old in text, f"{SOLUTION} no longer contains {old!r}: update this test"
-        text = text.replace(old, new)
-    dest.write_text(text)
-    return dest
+    """A named wrong copy of the ZeRO-1 solution (`exercise_files.broken`)."""
+    return broken_copy(SOLUTION, dest, *edits)
 
 
 def outcome(capsys, ok: bool, head: str) -> str:
