@@ -189,6 +189,14 @@ def test_batch_size_best_as_the_rate_not_the_size_is_named(capsys, setup):
 
 
 @pytest.mark.slow
+def test_batch_size_slowest_of_ones_own_results_is_named(capsys, setup):
+    names = solution_with(setup, ("best_batch_size = max(results, key=results.get)",
+                                  "best_batch_size = min(results, key=results.get)"))
+    out = verdict(capsys, check01(names, setup), "wrong")
+    assert "but your results have batch size" in out and "fastest" in out
+
+
+@pytest.mark.slow
 def test_batch_size_unsolved_skeleton_says_not_yet(capsys, setup):
     names = run_cell(cell_starting("01_single_gpu_cifar10.ipynb", "# Exercise"), setup)
     out = verdict(capsys, check01(names, setup), "not yet")
