@@ -27,6 +27,7 @@ ALLOWED = {
     "allreduce": {"core", "data", "launch", "grading", "single", "ddp"},
     "model_parallel": {"core", "data", "launch", "grading", "single", "ddp", "allreduce"},
     "io": {"core", "data", "launch", "grading", "single", "ddp"},
+    "debug": {"core", "data", "launch", "grading", "ddp"},
 }
 TOP = {"__init__", "__main__", "cli", "doctor", "kernel", "preflight"}   # the package's face: any folder
 

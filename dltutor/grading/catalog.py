@@ -39,6 +39,10 @@ EXERCISES = (
              "rank -> (tp, pp, dp) for any cluster shape, checked on unseen shapes", 1),
     Exercise("07-file-sharding", "07_input_pipeline.ipynb", "a file-sharded loader",
              "each rank reads its own files, reshuffled every epoch", 2),
+    Exercise("08-diagnose", "08_debugging_distributed.ipynb", "diagnose an unseen broken run",
+             "the rank and the cause, checked against what the run did", 2),
+    Exercise("08-fix-hang", "08_debugging_distributed.ipynb", "make a hanging script finish",
+             "the same collectives on every rank, whatever its share of the data", 2),
 )
 
 BY_ID = {e.id: e for e in EXERCISES}

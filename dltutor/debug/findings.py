@@ -1,0 +1,194 @@
+"""The sentences notebook 08 prints: what each broken run showed, from that run's numbers.
+
+Each takes an `Outcome` (dltutor.debug.runs) or a diagnosis (dltutor.debug.diagnose) and says which
+rank, which step, which message and how many seconds after the fault it came; when a run did not
+show what the section is about, the sentence says that instead.
+"""
+from __future__ import annotations
+
+from dltutor.core.findings import fmt
+from dltutor.debug import diagnose, stacks
+
+
+def _after(out, rank) -> str:
+    after, _ = out.caught.get(rank, (None, ""))
+    return f"{after:.2f} s" if after is not None else "never"
+
+
+def timing_row(section: str, out, after_s, message: str) -> dict:
+    """One row of the fault-to-message table."""
+    return {"section": section, "fault": out.fault, "fault_rank": out.fault_rank,
+            "first_message_s": after_s, "message": message[:110]}
+
+
+def first_message(section: str, out) -> dict:
+    """The earliest error any rank caught, and how long after the fault."""
+    if not out.caught:
+        return timing_row(section, out, None, "no rank raised anything")
+    rank, (after, error) = min(out.caught.items(), key=lambda kv: kv[1][0])
+    return timing_row(section, out, after, f"rank {rank}: {diagnose.first_line(error)}")
+
+
+def detected(section: str, out, pred, describe) -> dict:
+    """The first step report for which `pred` holds: seconds after the fault, and what it says."""
+    rows = [s for s in out.steps() if pred(s)]
+    if not rows or out.fault_t is None:
+        return timing_row(section, out, None, "no check fired")
+    first = min(rows, key=lambda s: s["t"])
+    return timing_row(section, out, max(first["t"] - out.fault_t, 0.0), describe(first))
+
+
+def hang(out, group_timeout_s: float) -> list[str]:
+    d = diagnose.hang(out)
+    lines = [f"The fault struck rank {d['fault_rank']}; then nothing happened for "
+             f"{max(r['after_s'] for r in d['rows']):.2f} s: every rank waited in a collective "
+             f"until the group's timeout ({group_timeout_s:g} s) ended it."
+             if d["rows"] else "No rank raised an error in this run."]
+    for r in d["rows"]:
+        lines.append(f"rank {r['rank']} after {r['after_s']:.2f} s: {r['message']}")
+    names = [r for r in d["rows"] if r["mismatch"]]
+    if not names and d["rows"]:
+        lines.append("None of these messages names a rank, an op or a sequence number: the "
+                     "timeout only says that some peer never came.")
+    if out.failure:
+        lines.append(f"The course launcher blamed rank(s) {out.blamed}: "
+                     f"{diagnose.first_line(out.failure)}")
+    lines.append(f"Processes of this launch still running afterwards: {len(out.left_running)}.")
+    return lines
+
+
+def detail(out) -> list[str]:
+    d = diagnose.hang(out)
+    found = [r for r in d["rows"] if r["mismatch"]]
+    if not found:
+        return ["TORCH_DISTRIBUTED_DEBUG=DETAIL named no mismatch in this run: "
+                + "; ".join(r["message"] for r in d["rows"])]
+    r = min(found, key=lambda x: x["after_s"])
+    a, b = r["mismatch"]["a"], r["mismatch"]["b"]
+    diff = [k for k in ("seq", "op", "shape", "dtype") if a[k] != b[k]]
+    return [f"{r['after_s']:.3f} s after the fault, rank {r['rank']} raised DETAIL's mismatch: "
+            f"rank {a['rank']} at SequenceNumber={a['seq']} runs {a['op']} "
+            f"(shape [{a['shape']}], {a['dtype']}) while rank {b['rank']} at "
+            f"SequenceNumber={b['seq']} runs {b['op']} (shape [{b['shape']}], {b['dtype']}): "
+            f"they differ in {', '.join(diff) or 'nothing it prints'}."]
+
+
+def flight(out) -> list[str]:
+    from dltutor.debug import flight as fr
+    found = fr.findings(out.fr_text)
+    if not found:
+        return ["torch's analyzer found nothing in the dumps: " + out.fr_text[-300:]]
+    lines = [f"torch's Flight Recorder analyzer: sequence number {f['seq']}, {f['op']}: "
+             f"{f['kind']} {f['ranks']}" for f in found[:3]]
+    last = "; ".join(f"rank {r}: last collective #{e['last_seq']} {e['op']} {e['input_sizes']}"
+                     for r, e in sorted(out.fr_last.items()))
+    lines.append(f"The dumps' last entries: {last}.")
+    lines.append(f"Adaptation needed on gloo: {fr.REKEYED}.")
+    return lines
+
+
+def stack_lines(out) -> list[str]:
+    if not out.stacks:
+        return ["No py-spy dump was taken in this run."]
+    lines = []
+    for r, text in sorted(out.stacks.items()):
+        where = stacks.waiting_line(text)
+        lines.append(f"rank {r} was waiting in {where}" if where else
+                     f"rank {r}: py-spy gave no frame of the lab: {text[-200:]}")
+    return lines
+
+
+def divergence(out) -> list[str]:
+    d = diagnose.divergence(out.steps())
+    if d["what"] is None:
+        return ["The checksums agreed on every step: nothing diverged in this run."]
+    who = (f"rank(s) {d['ranks']} moved their weights by something other than the synchronised "
+           f"update (first at step {d['update_step']})" if d["ranks"] else
+           "every rank's parameter update was the synchronised one: the difference is in state "
+           "DDP does not average")
+    return [f"The {d['what']} checksums first differ across ranks at step {d['step']}; {who}."]
+
+
+def epochs(out) -> list[str]:
+    d = diagnose.same_order(out.steps())
+    if not d["epochs"]:
+        return [f"Every epoch's batches differed from the previous epoch's on every rank "
+                f"({d['of_epochs']} epochs)."]
+    return [f"In epoch(s) {d['epochs']} rank(s) {d['ranks']} saw exactly the batches of the "
+            f"epoch before: the sampler was not reshuffled (set_epoch)."]
+
+
+def straggler(out, fixed=None) -> list[str]:
+    d = diagnose.straggler(out.steps())
+    rows = {r["rank"]: r for r in d["rows"]}
+    s = rows[d["slow_rank"]]
+    lines = [f"rank {d['slow_rank']} computed for {fmt(s['compute_ms'], 'ms')} per step; the "
+             f"others {', '.join(fmt(r['compute_ms'], 'ms') for k, r in rows.items() if k != d['slow_rank'])}"
+             f" — and they spent {fmt(d['others_wait_ms'], 'ms')} per step more in backward, "
+             "waiting in the all-reduce for it."]
+    if fixed is not None:
+        f = diagnose.straggler(fixed.steps())
+        lines.append(f"Without the slow rank every rank's step took "
+                     f"{', '.join(fmt(r['step_ms'], 'ms') for r in f['rows'])} vs "
+                     f"{', '.join(fmt(r['step_ms'], 'ms') for r in d['rows'])} with it: the "
+                     "job runs at the pace of its slowest rank.")
+    return lines
+
+
+def nonfinite(out, scaled=None) -> list[str]:
+    d = diagnose.first_nonfinite(out.steps())
+    if d["step"] is None:
+        return ["No loss went NaN or inf in this run."]
+    lines = [f"The first non-finite loss: rank {d['rank']} at step {d['step']} (losses non-finite "
+             f"there on ranks {d['loss_nonfinite_ranks']}); after the all-reduce the gradients "
+             f"were non-finite on ranks {d['grads_nonfinite_ranks']} and the parameters on "
+             f"{d['params_nonfinite_ranks']}: one rank's inf reached every rank."]
+    if scaled is not None:
+        s = diagnose.first_nonfinite(scaled.steps())
+        moves = [(a, b) for (a, b), (c, e) in zip(s["scales"], s["scales"][1:]) if e != b]
+        lines.append(f"With loss scaling the same fault at step {s['step']}: parameters "
+                     f"non-finite on {s['params_nonfinite_ranks'] or 'no rank'}, the step was "
+                     f"skipped and the scale went {s['scales'][0][1]:g} -> {s['scales'][-1][1]:g}"
+                     f" ({len(moves)} change(s)); losses finite again afterwards: "
+                     f"{s['finite_again']}.")
+    return lines
+
+
+def killed(out, label: str) -> list[str]:
+    d = diagnose.killed(out)
+    surv = "; ".join(f"rank {r} after {a:.2f} s: {m}" for r, (a, m) in d["survivors"].items())
+    return [f"{label}: the survivors noticed — {surv or 'nothing raised'}; the launcher returned "
+            f"{d['launcher_after_s']:.2f} s after the kill and blamed rank(s) {d['blamed']}: "
+            f"{d['message']}"]
+
+
+def takeaways(timing, hang_out, order_out, drift_out, slow_out, nan_out, killed_out,
+              group_timeout_s: float) -> list[str]:
+    """The closing sentences: each fault's time to its first naming message, from the runs."""
+    by = {r["section"]: r for r in timing}
+    sec = lambda key: by.get(key, {}).get("first_message_s")  # noqa: E731
+    lines = []
+    if sec("1 hang") is not None and sec("1 order+DETAIL") is not None:
+        lines.append(f"A skipped collective stayed hidden for {sec('1 hang'):.2f} s — the group's "
+                     f"timeout was {group_timeout_s:g} s — and the timeout named no rank; DETAIL "
+                     f"named a mismatch {sec('1 order+DETAIL'):.3f} s after the fault.")
+    d = diagnose.divergence(drift_out.steps())
+    if d["ranks"]:
+        lines.append(f"The drifting weights raised nothing; the checksums named rank(s) "
+                     f"{d['ranks']} at step {d['update_step']}.")
+    s = diagnose.straggler(slow_out.steps())
+    lines.append(f"The straggler (rank {s['slow_rank']}) slowed every rank: the others waited "
+                 f"{fmt(s['others_wait_ms'], 'ms')} per step in the all-reduce.")
+    n = diagnose.first_nonfinite(nan_out.steps())
+    if n["step"] is not None:
+        lines.append(f"One rank's inf (rank {n['rank']}, step {n['step']}) made the parameters of "
+                     f"{len(n['params_nonfinite_ranks'])} of {len({x['rank'] for x in nan_out.steps()})}"
+                     " ranks non-finite within that step.")
+    k = diagnose.killed(killed_out)
+    if k["launcher_after_s"] is not None:
+        peer = (f"its peer raised an error {min(a for a, _ in k['survivors'].values()):.2f} s after "
+                "the kill" if k["survivors"] else "the launcher stopped its peer before it raised "
+                "anything")
+        lines.append(f"A killed rank: {peer}, and the launcher blamed rank(s) {k['blamed']} "
+                     f"{k['launcher_after_s']:.2f} s after the kill.")
+    return lines
