@@ -227,9 +227,65 @@ def _runnable_argv(form: Form) -> list[str]:
     return [sys.executable if w == "python" else w for w in argv]
 
 
+def _word_key(form: Form, word: str) -> str:
+    """A word as the command means it: a file it names becomes that file's path in the repo."""
+    if "/" in word or word.endswith((".py", ".json")):
+        path = (form.cwd / word).resolve()
+        if path.is_file() and path.is_relative_to(ROOT):
+            return str(path.relative_to(ROOT))
+    return word
+
+
+def same_command(form: Form) -> tuple:
+    """What the form runs, independent of where it is typed and of the order of the script's options.
+
+    Two places that document one command (the README's `torchrun ... course/labs/02_ddp/train.py`
+    and the lab's own `torchrun ... train.py`) give the same key, so the command runs once and the
+    test names every place. The launcher, its flags and the environment are kept as written.
+    """
+    argv = [_word_key(form, w) for w in _runnable_argv(form)]
+    at = next((i for i, w in enumerate(argv) if w.endswith(".py")), len(argv) - 1) + 1
+    groups, current = [], []
+    for word in argv[at:]:
+        if word.startswith("-") and current:
+            groups.append(tuple(current))
+            current = []
+        current.append(word)
+    groups += [tuple(current)] if current else []
+    return tuple(sorted(form.env.items())), tuple(argv[:at]), tuple(sorted(groups))
+
+
+def runnable_commands() -> list[list[Form]]:
+    """The forms that run here, one list per distinct command (every place that documents it)."""
+    commands: dict[tuple, list[Form]] = {}
+    for form in FORMS:
+        if not needs(form):
+            commands.setdefault(same_command(form), []).append(form)
+    return list(commands.values())
+
+
+def test_one_command_documented_twice_is_run_once():
+    """The README's and the lab's text of one command share a run; different commands never do."""
+    lab, readme = (next(f for f in FORMS if f.where.startswith(p) and f.argv[0] == "torchrun"
+                        and "02_ddp" in str(script_of(f))) for p in ("course", "README"))
+    assert same_command(lab) == same_command(readme)
+    other = next(f for f in FORMS if f.where.startswith("course") and f.argv[0] == "torchrun"
+                 and "02_ddp" not in str(script_of(f)))
+    assert same_command(other) != same_command(lab)
+    longer = Form("x", lab.cwd, [*lab.argv, "--epochs", "1"])
+    assert same_command(longer) != same_command(lab)
+    # the options in another order, a config named from another folder: still one command
+    ds = [f for f in FORMS if f.argv[0] == "deepspeed" and not needs(f)]
+    assert {f.where.split(":")[0] for f in ds} == {"README.md", str(LABS.relative_to(ROOT) /
+                                                   "04_deepspeed" / "train_bert_ds.py")}
+    assert len({same_command(f) for f in ds}) == 1, [str(f) for f in ds]
+    assert sum(len(forms) for forms in runnable_commands()) == len([f for f in FORMS if not needs(f)])
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("form", [f for f in FORMS if not needs(f)], ids=str)
-def test_form_runs_here(form, course_copy, request, tmp_path):
+@pytest.mark.parametrize("forms", runnable_commands(), ids=lambda forms: " = ".join(map(str, forms)))
+def test_form_runs_here(forms, course_copy, request, tmp_path):
+    form = forms[0]
     if form.argv[0] in ("srun", "sbatch"):
         request.getfixturevalue("slurm_cluster")
     cwd = course_copy / form.cwd.relative_to(ROOT / "course") if form.cwd != ROOT else course_copy.parent
@@ -243,6 +299,7 @@ def test_form_runs_here(form, course_copy, request, tmp_path):
                          start_new_session=True)
     text = out.stdout + out.stderr + ((tmp_path / "job.out").read_text()
                                       if (tmp_path / "job.out").exists() else "")
-    assert out.returncode == 0, f"{form}\nran: {shlex.join(argv)}\n{text[-4000:]}"
+    places = "\n".join(map(str, forms))
+    assert out.returncode == 0, f"{places}\nran: {shlex.join(argv)}\n{text[-4000:]}"
     if script_of(form) is not None and form.argv[0] != "make":
         assert ("DLTUTOR_METRICS" in text or "Total img/sec" in text), f"{form}: no report\n{text[-2000:]}"
