@@ -29,7 +29,8 @@ def checksum(tensors) -> float:
     total = 0.0
     for t in tensors:
         flat = t.detach().reshape(-1).double()
-        total += float((flat * torch.arange(1, flat.numel() + 1, dtype=torch.float64)).sum())
+        weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64, device=flat.device)
+        total += float((flat * weights).sum())
     return total
 
 
@@ -50,7 +51,7 @@ class Checks:
         self.buffer_sum = checksum(b for b in module.buffers() if b.is_floating_point())
 
     def _gather(self, values) -> list[list[float]]:
-        mine = torch.tensor(values, dtype=torch.float64)
+        mine = torch.tensor(values, dtype=torch.float64, device=self.ctx.device)   # NCCL: the GPU
         if not self.ctx.is_distributed:
             return [mine.tolist()]
         everyone = [torch.zeros_like(mine) for _ in range(self.ctx.world_size)]

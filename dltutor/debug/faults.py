@@ -90,7 +90,8 @@ class Fault:
         """The logged loss: an all-reduce (mean over ranks), then rank 0's stop flag broadcast."""
         if not ctx.is_distributed:
             return float(loss)
-        value, flag = loss.reshape(1).clone(), torch.zeros(1)
+        value = loss.reshape(1).clone()
+        flag = torch.zeros(1, device=value.device)          # NCCL: on this rank's GPU
         if self.now("skip", step):
             self.strike(step)
             return None                      # `if rank != ...:` around the logging

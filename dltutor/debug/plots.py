@@ -34,9 +34,9 @@ def plot_time_to_message(rows, path=None):
     shown = [r for r in rows if r["first_message_s"] is not None]
     fig, ax = plt.subplots(figsize=(7, 0.35 * len(shown) + 1.2))
     ax.barh([f"{r['section']}: {r['fault']}" for r in shown],
-            [max(r["first_message_s"], 1e-3) for r in shown], label="first naming message")
+            [max(r["first_message_s"], 1e-3) for r in shown], label="first message or check")
     ax.set_xscale("log")
-    ax.set_xlabel("seconds from the fault to the first message that names it (log scale)")
+    ax.set_xlabel("seconds from the fault to the first message or check about it (log scale)")
     ax.invert_yaxis()
     ax.set_title(f"How long each fault stayed hidden {labels('SYNTHETIC')}", fontsize=9)
     return finish(fig, ax, path)

@@ -26,11 +26,11 @@ Launch forms (run in this lab's folder):
   python faulty_train.py --tiny                                   # 1 process, no group
   torchrun --nproc-per-node 2 faulty_train.py --tiny              # 2 ranks, healthy
   torchrun --nproc-per-node 2 faulty_train.py --fault straggler --checks   # a slow rank, named
-  torchrun --nproc-per-node 2 faulty_train.py --fault outside_ddp --checks # a drifting rank, named
   srun --ntasks 2 python faulty_train.py --tiny                   # Slurm: one task per rank
   torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
            --rdzv-endpoint $MASTER_ADDR:29500 faulty_train.py --checks   # 2 nodes
-The hanging faults exit 1 on purpose, after --pg-timeout seconds, e.g.
+Every other --fault runs the same way (--fault outside_ddp --checks: a drifting rank, named); the
+hanging ones exit 1 on purpose after --pg-timeout seconds, e.g.
 TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --nproc-per-node 2 faulty_train.py --fault order --pg-timeout 5.
 From a notebook: dltutor.debug.runs.run_fault("skip", ...).
 """
@@ -99,14 +99,15 @@ def main(argv=None) -> int:
     sampler = DistributedSampler(data, ctx.world_size, ctx.rank, seed=args.seed) \
         if ctx.is_distributed else None  # DDP:
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, shuffle=sampler is None)
-    model = make_model(args.seed)
+    model = make_model(args.seed).to(ctx.device)
     by_hand = ctx.is_distributed and faults.detail_debug()   # DDP(...) under DETAIL: SIGSEGV
-    net = DDP(model, forward_sync_buffers=not fault.on("bn_buffer")) \
+    gpu = [ctx.device.index] if ctx.device.type == "cuda" else None
+    net = DDP(model, device_ids=gpu, forward_sync_buffers=not fault.on("bn_buffer")) \
         if ctx.is_distributed and not by_hand else model  # DDP:
     if by_hand:
         dist.rank_print("TORCH_DISTRIBUTED_DEBUG=DETAIL: gradients averaged by hand, not by DDP")
     opt = torch.optim.SGD(net.parameters(), lr=args.lr)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16, enabled=args.loss_scale)
+    scaler = torch.amp.GradScaler(ctx.device.type, init_scale=2.0 ** 16, enabled=args.loss_scale)
     watch = checks.Checks(ctx, model, enabled=args.checks)
     step = 0
     try:
@@ -115,6 +116,7 @@ def main(argv=None) -> int:
                 sampler.set_epoch(epoch)  # DDP: a new shuffle each epoch, the same on every rank
             for x, y, ids in loader:
                 t0 = time.perf_counter()
+                x, y = x.to(ctx.device), y.to(ctx.device)
                 x = fault.corrupt(x, step)                       # nan: an inf in one sample
                 loss = torch.nn.functional.cross_entropy(net(x), y)
                 fault.delay(step)                                # straggler: a busy core
