@@ -21,3 +21,12 @@ def test_digits_headers_and_left_columns():
                        missing="n/a")
     assert "alpha" in out and "0.1235" in out
     assert format_table([], ["x"]).splitlines()[0] == "x"
+
+
+def test_table_is_html_in_jupyter_and_the_same_text_under_print():
+    from dltutor.core.tables import Table
+    rows = [{"rank": 1, "ms": 125.4321, "msg": "a<b"}]
+    t = Table(rows, ["rank", "ms", "msg"], title="T", digits={"ms": 1})
+    assert str(t) == format_table(rows, ["rank", "ms", "msg"], title="T", digits={"ms": 1})
+    html = t._repr_html_()
+    assert "<caption>T</caption>" in html and "<td>125.4</td>" in html and "a&lt;b" in html

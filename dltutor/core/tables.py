@@ -41,3 +41,29 @@ def format_table(rows: list[dict], columns=None, *, title: str = "", headers: di
     out += [line(cells[0]), "  ".join("-" * w for w in widths)]
     out += [line(row) for row in cells[1:]]
     return "\n".join(out)
+
+
+class Table:
+    """`format_table`'s rows as an object: an HTML table in Jupyter (the last expression of a cell,
+    or `display(...)`), the same aligned text under `print()` or in a terminal."""
+
+    def __init__(self, rows: list[dict], columns=None, **options):
+        self.rows, self.options = rows, options
+        self.columns = list(columns or (rows[0].keys() if rows else []))
+
+    def __str__(self) -> str:
+        return format_table(self.rows, self.columns, **self.options)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        import html
+        o = self.options
+        digits, headers, missing = o.get("digits"), o.get("headers") or {}, o.get("missing", "-")
+        places = (lambda c: digits.get(c)) if isinstance(digits, dict) else (lambda c: digits)
+        head = "".join(f"<th>{html.escape(str(headers.get(c, c)))}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(
+            f"<td>{html.escape(_cell(r.get(c), places(c), missing))}</td>" for c in self.columns)
+            + "</tr>" for r in self.rows)
+        title = f"<caption>{html.escape(o['title'])}</caption>" if o.get("title") else ""
+        return f"<table>{title}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
