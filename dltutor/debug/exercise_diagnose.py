@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import getpass
 import hashlib
-import math
 import secrets
 
 from dltutor.core.tables import Table
@@ -147,7 +146,3 @@ def _evidence(run: Outcome, truth: dict) -> str:
     st = {x["rank"]: x for x in diagnose.straggler(steps)["rows"]}
     return (f"it computed {st[r]['compute_ms']:.0f} ms per step; "
             + ", ".join(f"rank {k}: {v['compute_ms']:.0f} ms" for k, v in st.items() if k != r))
-
-
-def finite(x) -> bool:
-    return x is not None and math.isfinite(x)
