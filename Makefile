@@ -15,6 +15,7 @@ PORT ?= 0
 # Empty: JupyterLab generates the token (once) and prints its own URL with it and the real port.
 TOKEN ?=
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 ROOTFLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: setup setup-test lab test bench doctor clean-notebooks constraints gpu-check
@@ -49,9 +50,12 @@ else
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=course $(ROOTFLAG)
 endif
 
+# Two workers (pytest-xdist): one computes while the other waits on a rank, a job or a timeout;
+# tests/conftest.py keeps each file, and everything that uses the local Slurm, on one worker.
+# TEST_WORKERS=0 runs everything in this one process.
 test: setup-test
 	DLTUTOR_FAST=1 $(PY) -m pytest tests course/notebooks --nbval-lax \
-	  --nbval-cell-timeout=300 -p no:cacheprovider $(PYTEST_ARGS)
+	  --nbval-cell-timeout=300 -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m pip install -q -c constraints.txt -r bench/requirements.txt

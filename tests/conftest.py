@@ -2,6 +2,7 @@
 
 Set here, at import, so that kernels started by nbval and processes started by tests inherit them.
 """
+import functools
 import os
 import re
 import shutil
@@ -64,6 +65,43 @@ def slurm_cluster():
     if started:
         r = _cluster("stop")
         assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------- two workers (pytest-xdist)
+# `make test` runs the suite on two workers (`-n 2 --dist loadfile`): while one test waits (a rank
+# starting, a job queued, a hang running into its timeout) the other computes. What must not be
+# split stays together: each file on one worker (its module fixtures run once), and every user of
+# the one local Slurm on the same worker, notebook 02 included (its section 5 submits a job).
+SLURM_GROUP = "slurm"
+USES_SLURM = {"02_ddp_multi_gpu.ipynb"}     # besides the files that ask for the slurm_cluster fixture
+
+
+@functools.lru_cache(maxsize=None)
+def worker_group(file: str) -> str:
+    """The unit one worker runs whole: 'slurm' for every user of the local Slurm, else the file."""
+    path = ROOT / file
+    if path.name in USES_SLURM or (path.suffix == ".py" and path.is_file()
+                                   and "slurm_cluster" in path.read_text(errors="replace")):
+        return SLURM_GROUP
+    return file
+
+
+def scope_of(nodeid: str) -> str:
+    """The worker unit of a test id (`tests/test_x.py::test_y[...]`, `course/notebooks/N.ipynb::Cell 3`)."""
+    return worker_group(nodeid.split("::", 1)[0])
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with the Slurm users of several files as one unit (see worker_group)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndSlurm(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            return scope_of(nodeid)
+
+    return FilesAndSlurm(config, log)
 
 
 # ---------------------------------------------------------------- notebook times (fast mode)

@@ -241,9 +241,10 @@ def same_command(form: Form) -> tuple:
 
     Two places that document one command (the README's `torchrun ... course/labs/02_ddp/train.py`
     and the lab's own `torchrun ... train.py`) give the same key, so the command runs once and the
-    test names every place. The launcher, its flags and the environment are kept as written.
+    test names every place. The launcher, its flags and the environment are kept as written;
+    `--tiny` is left out, as every run here adds it where the lab has it (`_runnable_argv`).
     """
-    argv = [_word_key(form, w) for w in _runnable_argv(form)]
+    argv = [_word_key(form, w) for w in form.argv if w != "--tiny"]   # every run adds --tiny
     at = next((i for i, w in enumerate(argv) if w.endswith(".py")), len(argv) - 1) + 1
     groups, current = [], []
     for word in argv[at:]:

@@ -1,0 +1,31 @@
+"""`make test` on two workers: what must run in one process does (tests/conftest.py's scheduler)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import SLURM_GROUP, scope_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_user_of_the_local_slurm_is_one_unit():
+    users = [p for p in sorted((ROOT / "tests").glob("test_*.py"))
+             if re.search(r"\bslurm_cluster\b", p.read_text())]
+    assert {p.name for p in users} >= {"test_slurm.py", "test_hub.py", "test_launch_forms.py"}
+    for p in users:
+        assert scope_of(f"tests/{p.name}::test_x[a::b]") == SLURM_GROUP, p.name
+    # notebook 02's section 5 submits a job to the cluster that the test files started
+    assert scope_of("course/notebooks/02_ddp_multi_gpu.ipynb::Cell 35") == SLURM_GROUP
+
+
+def test_every_other_file_is_a_unit_of_its_own():
+    assert scope_of("tests/test_tables.py::test_a") == "tests/test_tables.py"
+    assert scope_of("tests/test_tables.py::test_b[x]") == "tests/test_tables.py"
+    nb = "course/notebooks/05_ring_allreduce_visualizer.ipynb"
+    assert scope_of(f"{nb}::Cell 0") == scope_of(f"{nb}::Cell 27") == nb
+
+
+def test_the_makefile_runs_the_suite_on_workers_by_file():
+    recipe = (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "-n $(TEST_WORKERS) --dist loadfile" in recipe
