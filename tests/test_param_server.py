@@ -43,7 +43,7 @@ def test_rows_put_the_cost_model_beside_the_measurement():
         assert by[("ps", w)]["bytes_sent_by_busiest_rank"] == w * d       # the server: W·D out (and in)
         assert by[("ring", w)]["bytes_sent_by_busiest_rank"] == pytest.approx(2 * (w - 1) / w * d)
         assert by[("ps", w)]["spread_ms"] == pytest.approx(1.0)                 # half of 1..3 ms
-    text = PS.table_text(PS.rows(summary))
+    text = PS.table(PS.rows(summary))
     assert "α-β model ms" in text and "16,000" in text      # the server's W·D at W = 4, D = 4000 B
 
 
@@ -116,7 +116,7 @@ def test_final_rows_spread_is_seeds_range_or_sampling_width():
     rows = A.final_rows({"curves": curves, "n_test": 1000})
     assert rows[0]["test_acc"] == pytest.approx(0.85) and rows[0]["spread"] == pytest.approx(0.05)
     assert rows[1]["spread"] == pytest.approx(F.accuracy_halfwidth(0.505, 1000))
-    assert "final test accuracy" in A.table_text(rows) and "0.850" in A.table_text(rows)
+    assert "final test accuracy" in A.table(rows) and "0.850" in A.table(rows)
 
 
 def _rows(accs, spread=0.01):

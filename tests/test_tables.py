@@ -30,3 +30,24 @@ def test_table_is_html_in_jupyter_and_the_same_text_under_print():
     assert str(t) == format_table(rows, ["rank", "ms", "msg"], title="T", digits={"ms": 1})
     html = t._repr_html_()
     assert "<caption>T</caption>" in html and "<td>125.4</td>" in html and "a&lt;b" in html
+
+
+def test_show_table_is_an_html_table_in_a_kernel_and_text_in_a_terminal(capsys):
+    """A notebook's table renders as a table (text/html beside the aligned text/plain); a lab or
+    a terminal prints the aligned text."""
+    from dltutor.core.tables import show_table
+    rows = [{"rank": 0, "ms": 1.5}, {"rank": 1, "ms": 12.25}]
+    show_table(rows, ["rank", "ms"], title="T")
+    assert capsys.readouterr().out.strip() == format_table(rows, ["rank", "ms"], title="T")
+
+    from nbclient import NotebookClient
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "from dltutor.core.tables import show_table\n"
+        "show_table([{'rank': 0, 'ms': 1.5}, {'rank': 1, 'ms': 12.25}], ['rank', 'ms'], title='T')")])
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    shown = [o for o in nb.cells[0].outputs if o.output_type == "display_data"]
+    assert len(shown) == 1 and not [o for o in nb.cells[0].outputs if o.output_type == "stream"]
+    html = shown[0].data["text/html"]
+    assert html.startswith("<table>") and "<td>1.5</td>" in html and "<th>rank</th>" in html
+    assert shown[0].data["text/plain"] == format_table(rows, ["rank", "ms"], title="T")

@@ -92,7 +92,7 @@ def test_compare_speed_rows_are_honest_on_cpu(tmp_path, monkeypatch):
         assert by["on device + AMP (bf16)"] == {"variant": "on device + AMP (bf16)", "img_per_s": None,
                                                 "status": "needs a GPU", "speedup": None}
     assert by["on device + torch.compile"]["status"] == "skipped in fast mode"
-    assert "needs a GPU" in speed.format_table(rows) or torch.cuda.is_available()
+    assert "needs a GPU" in speed.speed_table(rows) or torch.cuda.is_available()
 
 
 def test_compare_speed_reports_a_failing_variant(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ workers: every printout and title says "simulated staleness (one process)".
                                 else the SYNTHETIC stand-in, with the label to print
 - `simulate(grad_fn, theta0, batches, lr, tau, evaluate, every)`  the delayed-update loop
 - `run(taus, seeds, ...)`       an MLP trained for each tau and seed: curves of test accuracy/loss
-- `final_rows(result)`          per tau: final test accuracy, its spread, loss (`table_text` prints them)
+- `final_rows(result)`          per tau: final test accuracy, its spread, loss (`table` shows them)
 - `findings(rows)`              sentences from those numbers (`dltutor.core.findings`)
 - `plot(result)`                test accuracy vs updates, one line per tau
 """
@@ -150,12 +150,12 @@ def final_rows(result: dict) -> list[dict]:
     return out
 
 
-def table_text(rows: list[dict]) -> str:
-    """`final_rows` as aligned text."""
-    from dltutor.core.tables import format_table
-    return format_table(rows, ["tau", "test_acc", "spread", "test_loss", "seeds"],
-                        digits={"test_acc": 3, "spread": 3},
-                        headers={"test_acc": "final test accuracy", "spread": "±", "test_loss": "test loss"})
+def table(rows: list[dict]):
+    """`final_rows` as a table (HTML in Jupyter, aligned text under print)."""
+    from dltutor.core.tables import Table
+    return Table(rows, ["tau", "test_acc", "spread", "test_loss", "seeds"],
+                 digits={"test_acc": 3, "spread": 3},
+                 headers={"test_acc": "final test accuracy", "spread": "±", "test_loss": "test loss"})
 
 
 def findings(rows: list[dict]) -> list[str]:

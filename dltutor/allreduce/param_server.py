@@ -10,7 +10,7 @@ Inside a launched task (lab `course/labs/05_allreduce/ps_bench.py`, world = 1 se
 - `step_time(form, w, numel, ...)`       seconds per step of one form (`collectives.time_allreduce`)
 In the kernel:
 - `measure(workers, numel, ...)`         launches the lab on max(workers)+1 ranks, returns its summary
-- `rows(summary)`, `table_text(rows)`    measured time per step beside the α-β model (ping-pong fit)
+- `rows(summary)`, `table(rows)`        measured time per step beside the α-β model (ping-pong fit)
 - `findings(rows)`                       the sentences of what this run shows (`dltutor.core.findings`)
 - `plot(rows)`                           time per step vs W: measured and modelled, PS and ring
 Cost model (`dltutor.allreduce.cost`, "ps" on W+1 ranks and "ring" on W): the server's link carries
@@ -139,14 +139,15 @@ def rows(summary: dict) -> list[dict]:
     return out
 
 
-def table_text(table: list[dict]) -> str:
-    """The rows as aligned text: measured, spread, model and the busiest rank's bytes."""
-    from dltutor.core.tables import format_table
-    return format_table(table, ["workers", "form", "measured_ms", "spread_ms", "model_ms",
-                                "bytes_sent_by_busiest_rank"],
-                        headers={"measured_ms": "measured ms/step", "spread_ms": "± (passes)",
-                                 "model_ms": "α-β model ms", "bytes_sent_by_busiest_rank":
-                                 "bytes sent by the busiest rank (model; as many received)"})
+def table(rows: list[dict]):
+    """The rows as a table (HTML in Jupyter, aligned text under print): measured, spread, model
+    and the busiest rank's bytes."""
+    from dltutor.core.tables import Table
+    return Table(rows, ["workers", "form", "measured_ms", "spread_ms", "model_ms",
+                        "bytes_sent_by_busiest_rank"],
+                 headers={"measured_ms": "measured ms/step", "spread_ms": "± (passes)",
+                          "model_ms": "α-β model ms", "bytes_sent_by_busiest_rank":
+                          "bytes sent by the busiest rank (model; as many received)"})
 
 
 def _series(table, form, key):

@@ -1,6 +1,9 @@
-"""The one plain-text table of the course: rows of dicts in, aligned columns out.
+"""The one table of the course: rows of dicts in, aligned columns out.
 
-    print(format_table(rows, ["variant", "img_per_s", "speedup", "status"], title="..."))
+    show_table(rows, ["variant", "img_per_s", "speedup", "status"], title="...")   # a notebook
+    print(format_table(rows, ...))                                                 # a log, a lab
+
+`show_table` renders an HTML table in Jupyter and the same aligned text anywhere else.
 
 Numbers are right-aligned (floats to 3 significant digits, or `digits` decimals when given; ints
 and floats from 1,000 up as whole numbers with thousands separators), text left-aligned in the first column and
@@ -45,16 +48,21 @@ def format_table(rows: list[dict], columns=None, *, title: str = "", headers: di
 
 class Table:
     """`format_table`'s rows as an object: an HTML table in Jupyter (the last expression of a cell,
-    or `display(...)`), the same aligned text under `print()` or in a terminal."""
+    or `display(...)`), the same aligned text under `print()` or in a terminal. `note`: a line
+    under the table (what data, which hardware); `"text" in table` searches the text."""
 
-    def __init__(self, rows: list[dict], columns=None, **options):
-        self.rows, self.options = rows, options
+    def __init__(self, rows: list[dict], columns=None, *, note: str = "", **options):
+        self.rows, self.options, self.note = rows, options, note
         self.columns = list(columns or (rows[0].keys() if rows else []))
 
     def __str__(self) -> str:
-        return format_table(self.rows, self.columns, **self.options)
+        text = format_table(self.rows, self.columns, **self.options)
+        return f"{text}\n{self.note}" if self.note else text
 
     __repr__ = __str__
+
+    def __contains__(self, text: str) -> bool:
+        return text in str(self)
 
     def _repr_html_(self) -> str:
         import html
@@ -65,5 +73,22 @@ class Table:
         body = "".join("<tr>" + "".join(
             f"<td>{html.escape(_cell(r.get(c), places(c), missing))}</td>" for c in self.columns)
             + "</tr>" for r in self.rows)
-        title = f"<caption>{html.escape(o['title'])}</caption>" if o.get("title") else ""
-        return f"<table>{title}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        title = f"<caption>{html.escape(o['title'].strip())}</caption>" if o.get("title") else ""
+        note = f"<p>{html.escape(self.note)}</p>" if self.note else ""
+        return f"<table>{title}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+
+
+def show_table(rows, columns=None, **options) -> None:
+    """Show `rows` (or a ready `Table`) as a table: HTML in a Jupyter kernel, aligned text in a
+    terminal or a log."""
+    table = rows if isinstance(rows, Table) else Table(rows, columns, **options)
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        print(table)
+        return
+    if get_ipython() is None:
+        print(table)
+    else:
+        display(table)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dltutor.core.plots import labels
-from dltutor.core.tables import format_table
+from dltutor.core.tables import Table
 
 
 def _data_of(history) -> str | None:
@@ -61,12 +61,12 @@ def show_images(ds, n: int = 16, title: str = "Training images", path=None):
     return fig
 
 
-def history_table(history) -> str:
-    """The per-epoch numbers of a History as a small text table."""
+def history_table(history) -> Table:
+    """The per-epoch numbers of a History as a small table (HTML in Jupyter, text under print)."""
     h = history.to_dict() if hasattr(history, "to_dict") else dict(history)
     rows = [{"epoch": e + 1, "train loss": h["train_loss"][i], "train acc": h["train_acc"][i],
              "test loss": h["test_loss"][i], "test acc": h["test_acc"][i],
              "img/s": h["img_per_s"][i]} for i, e in enumerate(h["epoch"])]
-    return format_table(rows, ["epoch", "train loss", "train acc", "test loss", "test acc", "img/s"],
-                        digits={"train loss": 4, "test loss": 4, "train acc": 3, "test acc": 3,
-                                "img/s": 0}) + "\n" + labels(_data_of(h))
+    return Table(rows, ["epoch", "train loss", "train acc", "test loss", "test acc", "img/s"],
+                 digits={"train loss": 4, "test loss": 4, "train acc": 3, "test acc": 3,
+                         "img/s": 0}, note=labels(_data_of(h)))

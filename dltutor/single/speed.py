@@ -14,7 +14,7 @@ import torch
 from dltutor.core.device import amp_dtype, autocast, synchronize, to_device
 from dltutor.core.device import device as default_device
 from dltutor.core.findings import half_range
-from dltutor.core.tables import format_table
+from dltutor.core.tables import Table
 from dltutor.core.train_step import train_step
 from dltutor.single.train import default_optimizer
 
@@ -125,10 +125,9 @@ def compare_speed(make_model, train_ds, batch_size: int = 64, steps: int = 20, w
     return rows
 
 
-def speed_table(rows: list[dict], title: str = "") -> str:
-    """The `compare_speed` rows as text (img/s, its spread, speed-up over the first row, status)."""
+def speed_table(rows: list[dict], title: str = "") -> Table:
+    """The `compare_speed` rows as a table (img/s, its spread, speed-up over the first row, status)."""
     shown = [{**r, "speedup": f"{r['speedup']:.2f}x" if r.get("speedup") else ""} for r in rows]
-    return format_table(shown, ["variant", "img_per_s", "spread", "speedup", "status"], title=title,
-                        headers={"img_per_s": "img/s", "spread": "± (half range)",
-                                 "speedup": "vs first"},
-                        digits=0, left=("status",), missing="n/a")
+    return Table(shown, ["variant", "img_per_s", "spread", "speedup", "status"], title=title,
+                 headers={"img_per_s": "img/s", "spread": "± (half range)", "speedup": "vs first"},
+                 digits=0, left=("status",), missing="n/a")
