@@ -119,6 +119,11 @@ def pytest_terminal_summary(terminalreporter):
                 per_notebook[name] = per_notebook.get(name, 0.0) + rep.duration
     if per_notebook:
         terminalreporter.section("notebook times, fast mode (sum of cells)")
+        workers = terminalreporter.config.getoption("numprocesses", default=None) or 0
+        if workers > 1:   # the budget is for a notebook alone on the machine
+            terminalreporter.write_line(f"({workers} workers: each notebook shared the cores with "
+                                        "other tests; run one alone with TEST_WORKERS=0 to compare "
+                                        f"with the {NOTEBOOK_BUDGET_S} s budget)")
         for name, secs in sorted(per_notebook.items()):
             flag = f"  OVER the {NOTEBOOK_BUDGET_S} s budget" if secs > NOTEBOOK_BUDGET_S else ""
             terminalreporter.write_line(f"{secs:6.1f} s  {name}{flag}")

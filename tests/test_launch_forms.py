@@ -283,6 +283,16 @@ def test_one_command_documented_twice_is_run_once():
     assert sum(len(forms) for forms in runnable_commands()) == len([f for f in FORMS if not needs(f)])
 
 
+def _job_end(job_id: str) -> tuple[str, str]:
+    """(state, exit code) of a submitted job once it ends; cancelled if it runs past 5 min."""
+    from dltutor.launch import slurm
+    try:
+        return slurm.poll(job_id, timeout=300)
+    except TimeoutError:
+        slurm.cancel(job_id)
+        raise
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("forms", runnable_commands(), ids=lambda forms: " = ".join(map(str, forms)))
 def test_form_runs_here(forms, course_copy, request, tmp_path):
@@ -291,16 +301,19 @@ def test_form_runs_here(forms, course_copy, request, tmp_path):
         request.getfixturevalue("slurm_cluster")
     cwd = course_copy / form.cwd.relative_to(ROOT / "course") if form.cwd != ROOT else course_copy.parent
     argv = _runnable_argv(form)
-    if argv[0] == "sbatch":
-        argv[1:1] = ["--wait", f"--output={tmp_path / 'job.out'}", "--time=00:05:00"]
+    if argv[0] == "sbatch":   # submitted, then polled every 0.5 s (`sbatch --wait` sleeps 2, 8, 32 s)
+        argv[1:1] = ["--parsable", f"--output={tmp_path / 'job.out'}", "--time=00:05:00"]
     env = {**os.environ, **form.env, "DLTUTOR_OFFLINE": "1", "JUPYTER_DATA_DIR": str(tmp_path),
            "PATH":
            f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     out = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=420,
                          start_new_session=True)
+    job = f"job {out.stdout.strip()}: " + " ".join(_job_end(out.stdout.strip())) \
+        if argv[0] == "sbatch" and out.returncode == 0 else ""
     text = out.stdout + out.stderr + ((tmp_path / "job.out").read_text()
                                       if (tmp_path / "job.out").exists() else "")
     places = "\n".join(map(str, forms))
     assert out.returncode == 0, f"{places}\nran: {shlex.join(argv)}\n{text[-4000:]}"
+    assert not job or job.endswith("COMPLETED 0:0"), f"{places}\n{job}\n{text[-4000:]}"
     if script_of(form) is not None and form.argv[0] != "make":
         assert ("DLTUTOR_METRICS" in text or "Total img/sec" in text), f"{form}: no report\n{text[-2000:]}"
