@@ -29,7 +29,8 @@ def test_table_is_html_in_jupyter_and_the_same_text_under_print():
     t = Table(rows, ["rank", "ms", "msg"], title="T", digits={"ms": 1})
     assert str(t) == format_table(rows, ["rank", "ms", "msg"], title="T", digits={"ms": 1})
     html = t._repr_html_()
-    assert "<caption>T</caption>" in html and "<td>125.4</td>" in html and "a&lt;b" in html
+    assert "<b>T</b>" in html and "<td>125.4</td>" in html and "a&lt;b" in html
+    assert '<td style="text-align:left">1</td>' in html        # the first column flush left
 
 
 def test_show_table_is_an_html_table_in_a_kernel_and_text_in_a_terminal(capsys):
@@ -49,5 +50,5 @@ def test_show_table_is_an_html_table_in_a_kernel_and_text_in_a_terminal(capsys):
     shown = [o for o in nb.cells[0].outputs if o.output_type == "display_data"]
     assert len(shown) == 1 and not [o for o in nb.cells[0].outputs if o.output_type == "stream"]
     html = shown[0].data["text/html"]
-    assert html.startswith("<table>") and "<td>1.5</td>" in html and "<th>rank</th>" in html
+    assert "<table>" in html and "<td>1.5</td>" in html and '<th style="text-align:left">rank</th>' in html
     assert shown[0].data["text/plain"] == format_table(rows, ["rank", "ms"], title="T")

@@ -65,17 +65,25 @@ class Table:
         return text in str(self)
 
     def _repr_html_(self) -> str:
+        """The title in bold above (a caption would wrap at the table's width), text columns
+        flush left as in the text form, the note below."""
         import html
         o = self.options
         digits, headers, missing = o.get("digits"), o.get("headers") or {}, o.get("missing", "-")
         places = (lambda c: digits.get(c)) if isinstance(digits, dict) else (lambda c: digits)
-        head = "".join(f"<th>{html.escape(str(headers.get(c, c)))}</th>" for c in self.columns)
+        flush_left = {self.columns[0], *o.get("left", ())} if self.columns else set()
+
+        def align(c):
+            return ' style="text-align:left"' if c in flush_left else ""
+        head = "".join(f"<th{align(c)}>{html.escape(str(headers.get(c, c)))}</th>"
+                       for c in self.columns)
         body = "".join("<tr>" + "".join(
-            f"<td>{html.escape(_cell(r.get(c), places(c), missing))}</td>" for c in self.columns)
-            + "</tr>" for r in self.rows)
-        title = f"<caption>{html.escape(o['title'].strip())}</caption>" if o.get("title") else ""
+            f"<td{align(c)}>{html.escape(_cell(r.get(c), places(c), missing))}</td>"
+            for c in self.columns) + "</tr>" for r in self.rows)
+        title = f"<p><b>{html.escape(o['title'].strip())}</b></p>" if o.get("title") else ""
         note = f"<p>{html.escape(self.note)}</p>" if self.note else ""
-        return f"<table>{title}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+        return (f"<div>{title}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+                f"{note}</div>")
 
 
 def show_table(rows, columns=None, **options) -> None:
