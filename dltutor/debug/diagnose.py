@@ -43,7 +43,7 @@ def hang(out) -> dict:
     return {"rows": rows, "fault_rank": out.fault_rank}
 
 
-def _differ(values, rel: float = 1e-9) -> bool:
+def differ(values, rel: float = 1e-9) -> bool:
     return any(abs(v - values[0]) > rel * max(1.0, abs(values[0])) for v in values)
 
 
@@ -53,7 +53,7 @@ def divergence(steps: list[dict]) -> dict:
     first = {}
     for s in steps:
         for what in ("param_sums", "buffer_sums"):
-            if what not in first and s.get(what) and _differ(s[what]):
+            if what not in first and s.get(what) and differ(s[what]):
                 first[what] = s["step"]
     odd = sorted({s["rank"] for s in steps if (s.get("update_error") or 0) > TOLERANCE})
     first_odd = min((s["step"] for s in steps if (s.get("update_error") or 0) > TOLERANCE),

@@ -13,7 +13,7 @@ import getpass
 import hashlib
 import secrets
 
-from dltutor.core.tables import Table
+from dltutor.core.tables import show_table
 from dltutor.debug import diagnose
 from dltutor.debug.runs import Outcome, run_fault
 from dltutor.grading.verdict import not_yet, solved, wrong
@@ -47,26 +47,13 @@ def mystery(token: str, echo: bool = False) -> Outcome:
             "update_error"]
     rows = [{**s, "compute_ms": 1e3 * s["compute_s"], "backward_ms": 1e3 * s["backward_s"],
              "param_sum": (s.get("param_sums") or [None] * 2)[s["rank"]]} for s in out.steps()]
-    _show(Table(rows, cols, title=f"mystery run {token}: what each rank reported per step",
-                digits={"loss": 4, "logged": 4, "compute_ms": 1, "backward_ms": 1,
-                        "param_sum": 6, "update_error": 8}))
+    show_table(rows, cols, title=f"mystery run {token}: what each rank reported per step",
+               digits={"loss": 4, "logged": 4, "compute_ms": 1, "backward_ms": 1,
+                       "param_sum": 6, "update_error": 8})
     for r, (_, error) in sorted(out.caught.items()):
         print(f"rank {r} raised: {diagnose.first_line(error)[:200]}")
     print("the launcher:", diagnose.first_line(out.failure) if out.failure else "exit 0")
     return out
-
-
-def _show(table) -> None:
-    """HTML in Jupyter, aligned text elsewhere."""
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:
-        get_ipython = None
-    if get_ipython is not None and get_ipython() is not None:
-        display(table)
-    else:
-        print(table)
 
 
 def what_happened(out: Outcome) -> dict:
