@@ -29,7 +29,8 @@ step() { printf '\n==> %s\n' "$*"; }
 apt_pkgs=(libaio-dev)                      # DeepSpeed NVMe offload (ZeRO-Infinity)
 apt_pkgs+=(dataset-fashion-mnist)          # real data offline: Fashion-MNIST, the stand-in for CIFAR-10
 if [ "$WITH_TEST" = 1 ]; then
-  apt_pkgs+=(slurm-wlm munge chromium)      # a real one-node Slurm; a browser for the widget test
+  apt_pkgs+=(slurm-wlm munge chromium)      # a real Slurm; a browser for the widget test
+  apt_pkgs+=(openssh-server pdsh)           # ssh between the test cluster's nodes (Horovod, DeepSpeed)
 fi
 missing=()
 for p in "${apt_pkgs[@]}"; do

@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
-# A real one-node Slurm on this host, for the test suite and for trying the Slurm cells by hand.
+# A real Slurm on this host, one node or several, for the test suite and for trying the Slurm cells.
 #
 #   bash scripts/slurm_local.sh start    # munged (if needed) + slurmctld + slurmd; waits for "idle"
+#   bash scripts/slurm_local.sh start --nodes 2   # two compute nodes, node1 and node2 (see below)
 #   bash scripts/slurm_local.sh status   # exit 0 when our cluster answers, 3 when it is not running
 #   bash scripts/slurm_local.sh stop     # cancels our jobs, stops only the daemons this script started
 #   bash scripts/slurm_local.sh env      # prints `export SLURM_CONF=...` (eval it in your shell)
+#   bash scripts/slurm_local.sh kill-node node2     # a node dies: every process on it is killed
+#   bash scripts/slurm_local.sh revive-node node2   # ... and boots again (slurmd, sshd), back in service
+#
+# Several nodes on one machine (--nodes N, N >= 2): node<i> is a slurmd in a UTS namespace of its own
+# (its host name) and a mount namespace of its own, with its own loopback address 127.0.0.<i+1>. In
+# that mount namespace the cluster's hosts file ($STATE/hosts: node<i> -> its address) is /etc/hosts
+# and the cluster's ssh client configuration is /etc/ssh/ssh_config, so on the nodes, as on a real
+# cluster, `ssh node2` works with no options: an sshd of the cluster's own listens on each node's
+# address, with keys made at start under $STATE/ssh. Everything a job or an ssh session starts on a
+# node lives in that node's namespaces (`hostname` prints node2 there). Nothing leaves the machine:
+# the addresses are loopback ones; the machine's own /etc/hosts and ssh files are never written.
+# `stop` kills whatever is left in the nodes' namespaces, so nothing of a node survives it.
 #
 # Runs as root (the daemons run as root, SlurmUser=root). Needs Debian's slurm-wlm and munge:
 # `bash scripts/setup.sh --test` installs them. No systemd: daemons are started directly and tracked
@@ -20,6 +33,7 @@ set -euo pipefail
 STATE=${DLTUTOR_SLURM_DIR:-/tmp/dltutor-slurm}
 CONF=$STATE/slurm.conf
 HOST=$(hostname -s)
+NODES=""   # --nodes N; 1 when not given
 TIMEOUT=${DLTUTOR_SLURM_TIMEOUT:-60}
 export SLURM_CONF=$CONF
 
@@ -34,25 +48,37 @@ alive() {  # alive <pidfile> <name>: the pid in the file runs and is that progra
 
 answers() { timeout 10 sinfo -h -o %T >/dev/null 2>&1; }
 
-running() { alive "$STATE/slurmctld.pid" slurmctld && alive "$STATE/slurmd.pid" slurmd && answers; }
+# $STATE/nodes, written at start: one line per compute node, "name address slurmd-port".
+node_names() { [ -f "$STATE/nodes" ] && cut -d' ' -f1 "$STATE/nodes"; }
+node_field() { awk -v n="$1" -v f="$2" '$1 == n { print $f }' "$STATE/nodes"; }
+multi() { [ -f "$STATE/nodes" ] && [ "$(wc -l < "$STATE/nodes")" -gt 1 ]; }
+slurmd_pidfile() { if multi; then echo "$STATE/slurmd-$1.pid"; else echo "$STATE/slurmd.pid"; fi; }
 
-port_free() {  # nothing listens on the TCP port and we may bind it
-  python3 - "$1" <<'EOF' 2>/dev/null
+running() {
+  alive "$STATE/slurmctld.pid" slurmctld && [ -f "$STATE/nodes" ] || return 1
+  local n
+  for n in $(node_names); do alive "$(slurmd_pidfile "$n")" slurmd || return 1; done
+  answers
+}
+
+port_free() {  # port_free <port> [address]: nothing listens on the TCP port and we may bind it
+  python3 -c '
 import socket, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
-    s.bind(("0.0.0.0", int(sys.argv[1])))
+    s.bind((sys.argv[2], int(sys.argv[1])))
 except OSError:
-    sys.exit(1)
-EOF
+    sys.exit(1)' "$1" "${2:-0.0.0.0}" 2>/dev/null
 }
 
-pick_ports() {  # Slurm's defaults when free, else the first free neighbouring pair
+ports_free() { local i; for i in $(seq 0 $(($2 - 1))); do port_free $(($1 + i)) || return 1; done; }
+
+pick_ports() {  # Slurm's defaults when free, else the first free run: slurmctld, then a slurmd per node
   local p
   for p in 6817 16817 26817 36817 46817; do
-    if port_free "$p" && port_free $((p + 1)); then CTLD_PORT=$p; SLURMD_PORT=$((p + 1)); return; fi
+    if ports_free "$p" $((NODES + 1)); then CTLD_PORT=$p; SLURMD_PORT=$((p + 1)); return; fi
   done
-  die "no free port pair for slurmctld/slurmd (tried 6817/6818 and neighbours)"
+  die "no $((NODES + 1)) free ports in a row for slurmctld/slurmd (tried 6817 and neighbours)"
 }
 
 need_tools() {
@@ -60,10 +86,12 @@ need_tools() {
   for t in munged munge unmunge slurmctld slurmd sinfo sbatch srun squeue scontrol scancel; do
     command -v "$t" >/dev/null || missing+=("$t")
   done
-  [ "${#missing[@]}" -eq 0 ] || die "missing ${missing[*]}: run \`bash scripts/setup.sh --test\` (installs slurm-wlm and munge)"
+  if [ "${NODES:-1}" -gt 1 ]; then
+    for t in unshare nsenter sshd ssh ssh-keygen; do command -v "$t" >/dev/null || missing+=("$t"); done
+  fi
+  [ "${#missing[@]}" -eq 0 ] || die "missing ${missing[*]}: run \`bash scripts/setup.sh --test\` (installs slurm-wlm, munge and openssh-server)"
   [ "$(id -u)" -eq 0 ] || die "start the test cluster as root (the daemons run as root)"
 }
-
 start_munge() {
   if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
     say "munged already running: reusing it"
@@ -93,16 +121,25 @@ start_munge() {
   die "munged does not answer: see /var/log/munge/munged.log"
 }
 
+write_nodes() {  # $STATE/nodes: the machine itself for one node; node1..nodeN on 127.0.0.2.. for more
+  local i
+  : > "$STATE/nodes"
+  if [ "$NODES" -eq 1 ]; then echo "$HOST 127.0.0.1 $SLURMD_PORT" > "$STATE/nodes"; return; fi
+  for i in $(seq 1 "$NODES"); do echo "node$i 127.0.0.$((i + 1)) $((SLURMD_PORT + i - 1))" >> "$STATE/nodes"; done
+}
+
 write_conf() {
-  # CPUs: what slurmd sees, at least 4, so 2-task jobs (and a job beside a Jupyter step) fit on a
-  # small CI machine; config_overrides makes slurmd accept a count above the hardware's.
-  local cpus mem
+  # CPUs: what slurmd sees, at least 4 per node, so 2-task jobs (and a job beside a Jupyter step) fit
+  # on a small CI machine; config_overrides makes slurmd accept a count above the hardware's.
+  local cpus mem suffix="" names
   cpus=$(slurmd -C | sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' | head -n1)
   mem=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -n1)
   [ -n "$cpus" ] && [ -n "$mem" ] || die "could not read CPUs/RealMemory from \`slurmd -C\`"
   [ "$cpus" -lt 4 ] && cpus=4
+  multi && suffix="-%n"
+  names=$(node_names | paste -sd, -)
   cat > "$CONF" <<EOF
-# Generated by scripts/slurm_local.sh on $(date -u +%FT%TZ): a one-node test cluster.
+# Generated by scripts/slurm_local.sh on $(date -u +%FT%TZ): a test cluster of $NODES node(s).
 ClusterName=dltutor
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmUser=root
@@ -112,11 +149,11 @@ SlurmdPort=$SLURMD_PORT
 AuthType=auth/munge
 CredType=cred/munge
 StateSaveLocation=$STATE/state
-SlurmdSpoolDir=$STATE/spool
+SlurmdSpoolDir=$STATE/spool$suffix
 SlurmctldPidFile=$STATE/slurmctld.pid
-SlurmdPidFile=$STATE/slurmd.pid
+SlurmdPidFile=$STATE/slurmd$suffix.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
-SlurmdLogFile=$STATE/log/slurmd.log
+SlurmdLogFile=$STATE/log/slurmd$suffix.log
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -132,24 +169,114 @@ ReturnToService=2
 MinJobAge=600
 KillWait=5
 InactiveLimit=0
-NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
-PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+SlurmdTimeout=${DLTUTOR_SLURMD_TIMEOUT:-20}
+EOF
+  local name addr port
+  while read -r name addr port; do
+    echo "NodeName=$name NodeAddr=$addr Port=$port CPUs=$cpus RealMemory=$mem State=UNKNOWN" >> "$CONF"
+  done < "$STATE/nodes"
+  echo "PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4" >> "$CONF"
+}
+
+# ---- the nodes of a several-node cluster: namespaces, hosts file, ssh --------------------------
+write_node_files() {  # $STATE/hosts and $STATE/ssh: keys, the sshd's and the clients' configuration
+  local ssh=$STATE/ssh name addr port
+  { cat /etc/hosts; echo "# the nodes of the dltutor test cluster (scripts/slurm_local.sh)"
+    while read -r name addr port; do echo "$addr $name"; done < "$STATE/nodes"; } > "$STATE/hosts"
+  rm -rf "$ssh"; mkdir -p -m 700 "$ssh"
+  ssh-keygen -q -t ed25519 -N "" -C "dltutor test cluster host" -f "$ssh/host_ed25519"
+  ssh-keygen -q -t ed25519 -N "" -C "dltutor test cluster user" -f "$ssh/id_ed25519"
+  cp "$ssh/id_ed25519.pub" "$ssh/authorized_keys"
+  SSH_PORT=""
+  for port in 2222 12222 22222 32222 42222; do
+    if port_free "$port"; then SSH_PORT=$port; break; fi
+  done
+  [ -n "$SSH_PORT" ] || die "no free port for the nodes' sshd (tried 2222 and neighbours)"
+  while read -r name addr port; do
+    echo "[$name]:$SSH_PORT,[$addr]:$SSH_PORT $(cut -d' ' -f1-2 "$ssh/host_ed25519.pub")"
+  done < "$STATE/nodes" > "$ssh/known_hosts"
+  cat > "$ssh/ssh_config" <<EOF
+# The ssh client configuration on the nodes of the dltutor test cluster (scripts/slurm_local.sh):
+# the nodes' own sshd, the cluster's key, the cluster's known hosts.
+Host $(node_names | paste -sd' ' -) $(cut -d' ' -f2 "$STATE/nodes" | paste -sd' ' -)
+  Port $SSH_PORT
+  IdentityFile $ssh/id_ed25519
+  UserKnownHostsFile $ssh/known_hosts
+  StrictHostKeyChecking yes
+  BatchMode yes
+  ConnectTimeout 10
+  LogLevel ERROR
+EOF
+  cat > "$ssh/sshd_config" <<EOF
+# The sshd of a node of the dltutor test cluster (scripts/slurm_local.sh); ListenAddress per node.
+Port $SSH_PORT
+HostKey $ssh/host_ed25519
+AuthorizedKeysFile $ssh/authorized_keys
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PrintMotd no
+AcceptEnv *
+LogLevel ERROR
 EOF
 }
 
-wait_idle() {
-  local deadline=$(( $(date +%s) + TIMEOUT )) state=""
+start_node() {  # start_node <name>: slurmd and sshd of one node, in its own UTS + mount namespaces
+  local name=$1 addr
+  addr=$(node_field "$name" 2)
+  mkdir -p /run/sshd   # sshd's privilege-separation directory (Debian's package leaves it to systemd)
+  unshare --uts --mount --propagation private -- bash -c '
+    set -e
+    hostname "$1"
+    mount --bind "$2/hosts" /etc/hosts
+    mount --bind "$2/ssh/ssh_config" /etc/ssh/ssh_config
+    slurmd -f "$3" -N "$1"
+    /usr/sbin/sshd -f "$2/ssh/sshd_config" -o ListenAddress="$4" -o PidFile="$2/sshd-$1.pid" -E "$2/log/sshd-$1.log"
+  ' start_node "$name" "$STATE" "$CONF" "$addr" || die "node $name did not start: see $STATE/log/slurmd-$name.log"
+  readlink "/proc/$(cat "$STATE/slurmd-$name.pid")/ns/uts" > "$STATE/ns-$name"
+}
+
+node_pids() {  # node_pids <name>: every process in the node's UTS namespace
+  local ns pid
+  ns=$(cat "$STATE/ns-$1" 2>/dev/null) || return 0
+  for pid in /proc/[0-9]*; do
+    [ "$(readlink "$pid/ns/uts" 2>/dev/null)" = "$ns" ] && echo "${pid#/proc/}"
+  done
+  return 0
+}
+
+kill_node() {  # every process on the node, at once (a node that dies); waits until they are gone
+  local pids i
+  pids=$(node_pids "$1")
+  [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+  for i in $(seq 1 50); do [ -z "$(node_pids "$1")" ] && break; sleep 0.1; done
+  [ -z "$(node_pids "$1")" ] || die "processes of node $1 survived SIGKILL: $(node_pids "$1" | tr '\n' ' ')"
+  rm -f "$STATE/slurmd-$1.pid" "$STATE/sshd-$1.pid"
+}
+
+wait_idle() {  # wait_idle <node>...: each node idle (or running jobs), drained/down ones resumed
+  local deadline=$(( $(date +%s) + TIMEOUT )) node state states
   while [ "$(date +%s)" -lt "$deadline" ]; do
-    state=$(timeout 10 sinfo -h -n "$HOST" -o %T 2>/dev/null | head -n1 || true)
-    case "$state" in
-      idle|mixed|allocated) say "node $HOST is $state (SLURM_CONF=$CONF)"; return 0 ;;
-      drain*|down*) timeout 10 scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true ;;
-    esac
+    states=""
+    for node in "$@"; do
+      state=$(timeout 10 sinfo -h -n "$node" -o %T 2>/dev/null | head -n1 || true)
+      case "$state" in
+        idle|mixed|allocated) ;;
+        drain*|down*) timeout 10 scontrol update nodename="$node" state=resume >/dev/null 2>&1 || true ;;
+      esac
+      states+="$node:${state:-?} "
+    done
+    if ! grep -qvE ':(idle|mixed|allocated)$' <<<"$(tr ' ' '\n' <<<"${states% }")"; then
+      say "${states% } (SLURM_CONF=$CONF)"; return 0
+    fi
     sleep 0.5
   done
   echo "---- slurmctld.log" >&2; tail -n 20 "$STATE/log/slurmctld.log" >&2 || true
-  echo "---- slurmd.log" >&2; tail -n 20 "$STATE/log/slurmd.log" >&2 || true
-  die "node $HOST not idle after ${TIMEOUT}s (state: ${state:-no answer}); logs in $STATE/log"
+  for node in "$@"; do echo "---- slurmd log of $node" >&2; tail -n 20 "$STATE"/log/slurmd*"$node"*.log "$STATE/log/slurmd.log" 2>/dev/null >&2 || true; done
+  die "not every node idle after ${TIMEOUT}s (${states% }); logs in $STATE/log"
 }
 
 stop_pid() {  # stop_pid <pidfile> <name>: TERM, wait, KILL; only if the pid is still that program
@@ -163,21 +290,43 @@ stop_pid() {  # stop_pid <pidfile> <name>: TERM, wait, KILL; only if the pid is 
   say "stopped $2 (pid $pid)"
 }
 
+stop_daemons() {  # the compute nodes (all that is in their namespaces), then slurmctld
+  local n
+  for n in $(node_names); do
+    stop_pid "$(slurmd_pidfile "$n")" slurmd
+    if [ -f "$STATE/ns-$n" ]; then stop_pid "$STATE/sshd-$n.pid" sshd; kill_node "$n"; rm -f "$STATE/ns-$n"; fi
+  done
+  stop_pid "$STATE/slurmctld.pid" slurmctld
+}
+
 cmd_start() {
   need_tools
   mkdir -p "$STATE"
-  if running; then say "already running (SLURM_CONF=$CONF)"; echo "SLURM_CONF=$CONF"; return 0; fi
+  if running; then
+    local have
+    have=$(wc -l < "$STATE/nodes")
+    [ -z "$NODES" ] || [ "$have" -eq "$NODES" ] || die "a cluster of $have node(s) is running; \`$0 stop\` it first to start $NODES"
+    say "already running (SLURM_CONF=$CONF)"; echo "SLURM_CONF=$CONF"; return 0
+  fi
+  NODES=${NODES:-1}
   # Half-started leftovers of an earlier run: stop them before starting afresh.
-  stop_pid "$STATE/slurmd.pid" slurmd
-  stop_pid "$STATE/slurmctld.pid" slurmctld
+  if [ -f "$STATE/nodes" ]; then stop_daemons; fi
   start_munge
-  rm -rf "$STATE/state" "$STATE/spool" "$STATE/log"
-  mkdir -p "$STATE/state" "$STATE/spool" "$STATE/log"
+  rm -rf "$STATE/state" "$STATE"/spool* "$STATE/log" "$STATE/hosts" "$STATE/ssh"
+  mkdir -p "$STATE/state" "$STATE/log"
   pick_ports
+  write_nodes
   write_conf
   slurmctld -f "$CONF" -i || die "slurmctld did not start: see $STATE/log/slurmctld.log"
-  slurmd -f "$CONF" || die "slurmd did not start: see $STATE/log/slurmd.log"
-  wait_idle
+  if multi; then
+    write_node_files
+    local n
+    for n in $(node_names); do mkdir -p "$STATE/spool-$n"; start_node "$n"; done
+  else
+    mkdir -p "$STATE/spool"
+    slurmd -f "$CONF" || die "slurmd did not start: see $STATE/log/slurmd.log"
+  fi
+  wait_idle $(node_names)
   echo "SLURM_CONF=$CONF"
 }
 
@@ -185,14 +334,13 @@ cmd_stop() {
   if answers; then  # our controller knows only our jobs
     timeout 10 scancel --full $(timeout 10 squeue -h -o %i 2>/dev/null) >/dev/null 2>&1 || true
   fi
-  stop_pid "$STATE/slurmd.pid" slurmd
-  stop_pid "$STATE/slurmctld.pid" slurmctld
+  stop_daemons
   if [ -f "$STATE/munged.pid" ]; then stop_pid "$STATE/munged.pid" munged; fi
 }
 
 cmd_status() {
   if running; then
-    say "running (SLURM_CONF=$CONF, slurmctld pid $(cat "$STATE/slurmctld.pid"), slurmd pid $(cat "$STATE/slurmd.pid"))"
+    say "running (SLURM_CONF=$CONF, slurmctld pid $(cat "$STATE/slurmctld.pid"), nodes: $(node_names | paste -sd' ' -))"
     timeout 10 sinfo
     return 0
   fi
@@ -200,10 +348,36 @@ cmd_status() {
   return 3
 }
 
-case "${1:-}" in
+known_node() {
+  multi || die "kill-node and revive-node need a cluster of several nodes (start --nodes 2)"
+  [ -n "$(node_field "${1:-}" 1)" ] || die "no node '${1:-}' in this cluster: $(node_names | paste -sd' ' -)"
+}
+
+cmd_kill_node() {  # the node dies: slurmd, sshd and every step on it killed at once, no goodbye
+  known_node "${1:-}"
+  kill_node "$1"
+  say "node $1 killed (every process on it); Slurm marks it down within SlurmdTimeout"
+}
+
+cmd_revive_node() {  # the node boots again and is put back in service
+  known_node "${1:-}"
+  kill_node "$1"
+  start_node "$1"
+  timeout 10 scontrol update nodename="$1" state=resume >/dev/null 2>&1 || true
+  wait_idle "$1"
+}
+
+action=${1:-}; shift || true
+if [ "${1:-}" = "--nodes" ]; then
+  NODES=${2:-}; shift 2 || die "--nodes needs a number"
+  [[ "$NODES" =~ ^[1-9][0-9]?$ ]] || die "--nodes takes a number of nodes from 1 to 99, not '$NODES'"
+fi
+case "$action" in
   start) cmd_start ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
   env) echo "export SLURM_CONF=$CONF" ;;
-  *) echo "usage: $0 start|stop|status|env" >&2; exit 2 ;;
+  kill-node) cmd_kill_node "${1:-}" ;;
+  revive-node) cmd_revive_node "${1:-}" ;;
+  *) echo "usage: $0 start [--nodes N] | stop | status | env | kill-node NODE | revive-node NODE" >&2; exit 2 ;;
 esac

@@ -35,24 +35,29 @@ def python() -> str:
     return sys.executable
 
 
-# ---------------------------------------------------------------- a real one-node Slurm
+# ---------------------------------------------------------------- a real two-node Slurm
 SLURM_SCRIPT = ROOT / "scripts" / "slurm_local.sh"
+SLURM_NODES = 2     # node1 and node2 on this machine (scripts/slurm_local.sh start --nodes 2)
 
 
-def _cluster(action, timeout=180):
-    return subprocess.run(["bash", str(SLURM_SCRIPT), action], capture_output=True, text=True,
-                          timeout=timeout)
+def _cluster(action, *args, timeout=180):
+    return subprocess.run(["bash", str(SLURM_SCRIPT), action, *args], capture_output=True,
+                          text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    missing = [t for t in ("sbatch", "srun", "slurmctld", "slurmd", "munged") if not shutil.which(t)]
+    """The test cluster: node1 and node2, each a slurmd (and an sshd) under its own host name and
+    loopback address; started once per session, reused if already running, stopped if started."""
+    missing = [t for t in ("sbatch", "srun", "slurmctld", "slurmd", "munged", "sshd", "pdsh")
+               if not shutil.which(t)]
     if missing:
-        pytest.fail(f"Slurm is not installed ({', '.join(missing)} missing): run "
-                    "`bash scripts/setup.sh --test` (installs slurm-wlm and munge)", pytrace=False)
+        pytest.fail(f"the test cluster's tools are not installed ({', '.join(missing)} missing): run "
+                    "`bash scripts/setup.sh --test` (installs slurm-wlm, munge, openssh-server, "
+                    "pdsh)", pytrace=False)
     started = _cluster("status").returncode != 0
     if started:
-        r = _cluster("start")
+        r = _cluster("start", "--nodes", str(SLURM_NODES))
         assert r.returncode == 0, f"local Slurm did not start:\n{r.stdout}\n{r.stderr}"
     conf = re.search(r"export SLURM_CONF=(\S+)", _cluster("env").stdout).group(1)
     old = os.environ.get("SLURM_CONF")

@@ -245,9 +245,10 @@ def _plain(value):
 
 
 def report(**metrics) -> dict:
-    """Print one `DLTUTOR_METRICS {json}` line (rank and world_size added); launch() parses it."""
+    """Print one `DLTUTOR_METRICS {json}` line (rank, world_size and the rank's host added);
+    launch() parses it."""
     rank, world = _rank_world()
-    record = {"rank": rank, "world_size": world, **metrics}
+    record = {"rank": rank, "world_size": world, "host": socket.gethostname(), **metrics}
     sys.stdout.write(f"{METRICS_TAG} {json.dumps(record, default=_plain)}\n")
     sys.stdout.flush()
     return record
