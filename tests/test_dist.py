@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dltutor.core import dist
+from dltutor.core import dist, hosts
 from dltutor.core import env as dlenv
 from dltutor.core import device
 
@@ -72,9 +73,9 @@ def test_a_batch_script_or_a_jupyter_job_is_one_process_not_rank_0_of_the_job():
 
 
 def test_first_host():
-    assert dist.first_host("gpu7") == "gpu7"
-    assert dist.first_host("c[101-104],d5") == "c101"
-    assert dist.first_host("a1,b2") == "a1"
+    assert hosts.first_host("gpu7") == "gpu7"
+    assert hosts.first_host("c[101-104],d5") == "c101"
+    assert hosts.first_host("a1,b2") == "a1"
 
 
 def test_detect_pbs_mpiexec(tmp_path):
@@ -105,7 +106,7 @@ def test_rank_print_and_report(clean, capsys):
     assert out[0] == "[rank 1] hi 3"
     assert out[1].startswith("DLTUTOR_METRICS ")
     assert json.loads(out[1].split(" ", 1)[1]) == record == {
-        "rank": 1, "world_size": 2, "loss": 0.25, "step": 3}
+        "rank": 1, "world_size": 2, "host": socket.gethostname(), "loss": 0.25, "step": 3}
     assert len(out) == 2
     clean.setenv(dist.PREFIXED_ENV, "1")                   # under dltutor.launch.run
     dist.rank_print("plain")

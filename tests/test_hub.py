@@ -1,14 +1,17 @@
 """The course as a portal serves it: JupyterHub starts the student's JupyterLab as a Slurm job.
 
-A TACC-like portal on the tests' one-node Slurm (tests/hub/: JupyterHub 6.1.1, batchspawner 1.3.0's
+A TACC-like portal on the tests' two-node Slurm (tests/hub/: JupyterHub 6.1.1, batchspawner 1.3.0's
 SlurmSpawner, npm's configurable-http-proxy; installed by `bash scripts/setup.sh --test` in a Python
-environment of their own). The student logs in, the hub submits their server with sbatch, the
+environment of their own). The server's job runs on node1 or node2, names the hub resolves through
+the cluster's hosts file as a portal's DNS would (HUB_SLURM_HOSTS). The student logs in, the hub submits their server with sbatch, the
 course kernel `dltutor` (installed with `python -m dltutor kernel install`, as the README says) is
 listed although the server runs from the hub's Python. The instructor hands the course out with an
 nbgitpuller link (`dltutor.grading.handout`, nbgitpuller installed beside the hub's JupyterLab) to
 a snapshot of this working tree in a local git repository: following it puts the course into the
 student's home (the server's root) and lands on notebook 01. Notebook 02 runs in fast mode from
-the pulled copy with its ranks inside the Jupyter job; its exercise check records "not yet", then
+the pulled copy with its ranks inside the Jupyter job, and its section 5 submits a job of its own
+across both nodes and says, from that job's output, that it ran on node1 and node2; its exercise
+check records "not yet", then
 "passed" once the student's script is the solution; JupyterLab's save (the contents API) keeps the
 outputs, and `python -m dltutor report` over the homes lists the user's exercise with its status.
 The student stops the server, and nothing of the job is left.
@@ -17,6 +20,7 @@ import csv
 import getpass
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -109,7 +113,8 @@ def test_notebook_02_through_a_jupyterhub_slurm_portal(slurm_cluster, tmp_path):
            "HUB_PROXY_API_PORT": str(free_port()), "HUB_USER": user, "HUB_PASSWORD": password,
            "HUB_SERVICE_TOKEN": os.urandom(16).hex(), "HUB_NOTEBOOK_DIR": str(home),
            "HUB_PROXY": str(hub_dir / "npm/node_modules/.bin/configurable-http-proxy"),
-           "HUB_SINGLEUSER": str(hub_dir / "venv/bin/jupyterhub-singleuser")}
+           "HUB_SINGLEUSER": str(hub_dir / "venv/bin/jupyterhub-singleuser"),
+           "HUB_SLURM_HOSTS": str(Path(slurm_cluster).parent / "hosts")}   # the cluster's "DNS"
     # The student's one step from the README: register the course kernel for themselves.
     subprocess.run([sys.executable, "-m", "dltutor", "kernel", "install"], env=env, check=True,
                    timeout=120, capture_output=True)
@@ -176,6 +181,10 @@ def test_notebook_02_through_a_jupyterhub_slurm_portal(slurm_cluster, tmp_path):
                 f"if p.stat().st_mtime > {started} and (p / 'rank1.log').is_file()])")
         ran = run_cells(server, token, kernel_id, [runs])[0]
         assert "-train-" in ran, f"notebook 02 on the hub launched no 2-rank run of lab 02: {ran}"
+        # Section 5 from the Jupyter job: a 2-node job of lab 02, where its own ranks say they ran.
+        where = re.findall(r"job \d+: COMPLETED in [\d.]+ s; ran on (\d) node\(s\): (.*)", printed)
+        assert where and where[0][0] == "2" and all(f"node{i} [" in where[0][1] for i in (1, 2)), \
+            f"section 5 did not run on both nodes: {where or printed[-3000:]}"
 
         # The student saves (the outputs carry the check's record); the instructor's report.
         for cell, out in zip(code, outputs):

@@ -306,8 +306,8 @@ def test_python_backend_one_process_ignores_kernel_slurm_vars(tmp_path, tag, mon
     monkeypatch.setenv("SLURM_NTASKS", "4")
     result = L.launch(LIGHT, nproc=1, backend="python", threads=1, log_dir=tmp_path / "run",
                       env={"TEST_TAG": tag}, timeout=120, echo=False)
-    assert result.metrics == [{"rank": 0, "world_size": 1, "launcher": "single",
-                               "master_port": None, "omp": "1"}]
+    assert result.metrics == [{"rank": 0, "world_size": 1, "host": socket.gethostname(),
+                               "launcher": "single", "master_port": None, "omp": "1"}]
     assert result.command[1:] == ["-u", str(LIGHT)]
     assert "line 1 from rank 0" in result.logs[0].read_text()
 

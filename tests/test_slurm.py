@@ -185,10 +185,13 @@ def test_render_job_for_every_site(name, monkeypatch):
 def test_torchrun_line_is_evaluated_per_node_with_quoted_args():
     text = sites.render_job("frontera", "/w/my lab.py", nodes=4, args=["--name", "a b$c"])
     last = text.rstrip().splitlines()[-1]
-    assert last.startswith('srun --label --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "exec ')
+    assert last.startswith('srun --label --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "')
     inner = subprocess.run(["bash", "-c", f"printf '%s\\n' {last.split('bash -c ', 1)[1]}"],
                            capture_output=True, text=True, timeout=10).stdout
-    assert "--node-rank $SLURM_NODEID" in inner and "'/w/my lab.py' --name 'a b$c'" in inner, inner
+    check, run = inner.split(" && exec ")
+    assert check.endswith("-m dltutor.core.rendezvous --node-rank $SLURM_NODEID"), inner
+    assert "--node-rank $SLURM_NODEID" in run and "'/w/my lab.py' --name 'a b$c'" in run, inner
+    assert "--rdzv-backend c10d --rdzv-id $SLURM_JOB_ID" in run, inner
 
 
 def test_account_placeholder_is_refused_until_set(monkeypatch, tmp_path):

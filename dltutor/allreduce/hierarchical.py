@@ -6,6 +6,7 @@ The TACC slides (seed 004) list the 2D-torus among the all-reduce algorithms; NC
 
 - `node_groups(world_size, per_node)`: the rank lists of the intra-node groups ({0,1},{2,3} for
   4 ranks as 2 x 2) and the inter-node groups ({0,2},{1,3}: the ranks with the same local_rank).
+- `groups_on_hosts(hosts, per_node)`: whether those intra-node groups are the real hosts.
 - `make_groups(per_node)` (inside a launched task): `dist.new_group` for each list, on every rank
   in the same order as torch requires; returns this rank's (intra, inter) groups.
 - `hierarchical_allreduce(t, intra, inter)`: in place, like `dist.all_reduce(t)`:
@@ -35,6 +36,14 @@ def node_groups(world_size: int, per_node: int) -> tuple[list[list[int]], list[l
     intra = [list(range(m * per_node, (m + 1) * per_node)) for m in range(nodes)]
     inter = [list(range(local_rank, world_size, per_node)) for local_rank in range(per_node)]
     return intra, inter
+
+
+def groups_on_hosts(hosts: list[str], per_node: int) -> bool:
+    """True when every intra-node group of `node_groups` holds ranks of one host and no two groups
+    share a host: the "nodes" of the algorithm are the real ones (else they are pretend)."""
+    intra, _ = node_groups(len(hosts), per_node)
+    group_hosts = [{hosts[r] for r in ranks} for ranks in intra]
+    return all(len(h) == 1 for h in group_hosts) and len({next(iter(h)) for h in group_hosts}) == len(intra)
 
 
 def make_groups(per_node: int):

@@ -7,6 +7,8 @@
 - `add_sweep_flags(parser, sizes)`: the flags both labs share (--sizes, --iters, --warmup, --passes).
 - `process_group()`: inside a lab, join the launcher's process group (plain `python`: a 1-rank
   group); yields (rank, world_size).
+- `node_link(hosts)` / `link_line(link)`: what joins the ranks' hosts (their addresses, resolved
+  where rank 0 runs), said without claiming a network the run did not cross.
 - `run_lab(name, nproc, args, ...)`: from a notebook, run a lab 05 script on `nproc` local ranks
   (`dltutor.launch.run.launch`) and return (rank 0's summary, every rank's metrics).
 Used by course/labs/05_allreduce/allreduce_bench.py and hierarchical_allreduce.py.
@@ -48,6 +50,37 @@ def result_row(algorithm: str, nbytes: int, span, n: int, ok: bool) -> dict:
     return {"algorithm": algorithm, "bytes": nbytes, "time_s": t, "time_range_s": [t, slowest],
             "algbw_GBps": cost.algbw(nbytes, t) / 1e9, "busbw_GBps": cost.busbw(nbytes, t, n) / 1e9,
             "ok": ok}
+
+
+def node_link(hosts: list[str]) -> dict:
+    """The ranks' hosts and what joins them: {"nodes", "addresses" (host -> address, None if it
+    does not resolve here), "loopback": every address is a loopback one (127.x: one machine)}."""
+    import ipaddress
+    import socket
+    addresses = {}
+    for host in dict.fromkeys(hosts):
+        try:
+            addresses[host] = socket.gethostbyname(host)
+        except OSError:
+            addresses[host] = None
+    known = [a for a in addresses.values() if a]
+    return {"nodes": len(addresses), "addresses": addresses,
+            "loopback": len(known) == len(addresses) and all(ipaddress.ip_address(a).is_loopback
+                                                             for a in known)}
+
+
+def link_line(link: dict) -> str:
+    """One sentence on the link between the nodes, from `node_link`'s answer."""
+    where = ", ".join(f"{h} {a or '(unresolved)'}" for h, a in link["addresses"].items())
+    if link["nodes"] == 1:
+        return f"link: one node ({where}): every message between ranks stays on it"
+    if link["loopback"]:
+        return (f"link: {link['nodes']} nodes at loopback addresses ({where}): they are one machine, "
+                "so the link between them is its loopback, the same as inside a node; no slower "
+                "inter-node link is measured here")
+    if None in link["addresses"].values():
+        return f"link: {link['nodes']} nodes ({where}): not every address resolves here, link unknown"
+    return f"link: {link['nodes']} nodes ({where}): messages between nodes cross the network"
 
 
 @contextlib.contextmanager

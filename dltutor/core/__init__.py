@@ -3,6 +3,8 @@
   env.py       fast mode, sizes (`pick`), seeding, cores, the cache and data folders
   device.py    the one device/backend choice, precision (bf16/fp16/fp32), GPU-safe timing
   dist.py      inside a launched rank: rank, local_rank, world_size, process group, metrics lines
+  hosts.py     which rank runs on which node: every rank's host, 'node(s) x rank(s)', a job's first node
+  rendezvous.py  before a rank joins: MASTER_ADDR resolves, MASTER_PORT free on rank 0 (one message)
   rank_exit.py how a rank leaves after a clean teardown (os._exit with its own exit code)
   course.py    where the course's labs and site profiles are (`DLTUTOR_COURSE`), tagged lines
   flags.py     the argument layer of every lab and the CLI (checked types, `--tiny` presets)

@@ -12,8 +12,8 @@ local rank, world size and device from whichever launcher started it:
   python       none of these: one process, no process group
 
 The order matters: an mpiexec or torchrun started inside a Slurm job still sees the job's
-SLURM_PROCID=0, so the launcher that started *this* process is checked first.
-Only a launched task reads these variables; the Jupyter kernel never does (see dltutor.launch.run).
+SLURM_PROCID=0, so the launcher that started *this* process is checked first. Only a launched
+task reads these variables; the Jupyter kernel never does (see dltutor.launch.run).
 """
 from __future__ import annotations
 
@@ -22,13 +22,14 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
 from dltutor.core import device as _device
 from dltutor.core import env as _env
+from dltutor.core import rendezvous
+from dltutor.core.hosts import hosts_line, job_first_node, rank_hosts
 
 # Set by dltutor.launch.run, which prefixes every line with the rank itself.
 PREFIXED_ENV = "DLTUTOR_RANK_PREFIXED"
@@ -81,30 +82,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def first_host(nodelist: str) -> str:
-    """First host of a Slurm node list ('nid[001-004,9],gpu1' -> 'nid001'), without scontrol."""
-    head = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
-    if not head:
-        raise ValueError(f"cannot parse node list {nodelist!r}")
-    prefix, ranges = head.group(1), head.group(2)
-    return prefix + (ranges.split(",")[0].split("-")[0] if ranges else "")
-
-
-def _slurm_master_addr(environ) -> str:
-    nodelist = next((environ[k] for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
-                                          "SLURM_NODELIST") if environ.get(k)), None)
-    if not nodelist:
-        return "127.0.0.1"
-    try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
-                             text=True, timeout=30, check=True).stdout.split()
-        if out:
-            return out[0]
-    except (OSError, subprocess.SubprocessError):
-        pass  # no scontrol on this node: parse the list ourselves
-    return first_host(nodelist)
-
-
 def _job_port(job_id) -> int:
     """A port every task of one job agrees on, below the ephemeral range (32768+)."""
     return 20000 + int(re.sub(r"\D", "", str(job_id)) or 0) % 10000
@@ -146,7 +123,7 @@ def detect(environ=None) -> dict:
         info["local_world_size"] = info["world_size"]
     addr, port = e.get("MASTER_ADDR"), e.get("MASTER_PORT")
     if info["launcher"] == "slurm":
-        addr = addr or _slurm_master_addr(e)
+        addr = addr or job_first_node(e)
         port = port or _job_port(e.get("SLURM_JOB_ID") or e.get("SLURM_JOBID") or 0)
     elif info["launcher"] in ("pbs", "mpi") and not addr:
         nodefile = e.get("PBS_NODEFILE")
@@ -204,6 +181,7 @@ def init(backend: str | None = None, timeout: float | None = None,
         pg_backend = backend or _device.backend(device)
         seconds = timeout if timeout is not None else float(os.environ.get(TIMEOUT_ENV, 300))
         if not tdist.is_initialized():
+            rendezvous.check(info)  # an unresolvable MASTER_ADDR, a taken MASTER_PORT: one message
             tdist.init_process_group(pg_backend, init_method="env://", rank=info["rank"],
                                      world_size=info["world_size"],
                                      timeout=timedelta(seconds=seconds))
@@ -236,6 +214,13 @@ def rank_print(*args, main_only: bool = False, **kwargs) -> None:
         print(*args, **kwargs)
     else:
         print(f"[rank {rank}]", *args, **kwargs)
+
+
+def print_hosts(gather=None) -> list[str]:
+    """Every rank's host name, printed once by rank 0 (a collective: every rank must call it)."""
+    hosts = rank_hosts(gather)
+    rank_print(hosts_line(hosts), main_only=True)
+    return hosts
 
 
 def _plain(value):

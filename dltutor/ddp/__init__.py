@@ -7,6 +7,7 @@
   batch_report.py the sweep's tables and sentences; `python -m dltutor.ddp.batch_report`
   batch_reference.py  a labelled full-mode reference sweep (stored numbers, not this run), its sentences
   findings.py   what this run's scaling, bucket and overlap numbers show, as printed sentences
+  multinode.py  a job across nodes: where its ranks ran, the same answer as on one node?
   timeline.py   one profiled DDP step: forward, backward, each bucket's all-reduce; overlap fraction
   plots.py      scaling efficiency, warm-up loss curves, step time vs buckets, the batch study
   exercise.py   the exercise's loop pieces, inside the ranks: data, model, checkpoint, report

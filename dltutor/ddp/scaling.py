@@ -133,7 +133,7 @@ def summarize(metrics: list[dict]) -> dict:
     """
     m0 = metrics[0]
     keys = ("world_size", "scaling", "per_rank_batch", "global_batch", "lr", "global_img_per_s",
-            "step_time_ms", "hardware", "data", "bucket_cap_mb", "overlap", "threads")
+            "step_time_ms", "hardware", "data", "bucket_cap_mb", "overlap", "threads", "shape")
     row = {k: m0.get(k) for k in keys}
     row["img_per_s_per_rank"] = [m.get("img_per_s") for m in metrics]
     from dltutor.ddp.findings import rate_spread, slowest

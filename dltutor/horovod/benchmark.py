@@ -200,8 +200,10 @@ def run(args, model, optimizer, data, target, device, rank: int, world_size: int
     log(f"Image size: {args.image_size}x{args.image_size}, threads per worker: "
         f"{torch.get_num_threads()}, engine: {engine}, data: synthetic")
 
+    losses = []   # this rank's loss at every step, warm-up included (tensors: no sync per step)
+
     def step():
-        train_step(model, optimizer, data, target)
+        losses.append(train_step(model, optimizer, data, target)[0].detach())
 
     log("Running warmup...")
     for _ in range(args.num_warmup_batches):
@@ -217,6 +219,7 @@ def run(args, model, optimizer, data, target, device, rank: int, world_size: int
                        image_size=args.image_size, device=device_word(device),
                        threads=torch.get_num_threads(), fp16_allreduce=args.fp16_allreduce,
                        img_sec=rates, step_time_s=sum(step_times) / len(step_times),
+                       losses=[float(loss) for loss in losses],
                        **summary, **(extra or {}))
 
 

@@ -9,6 +9,10 @@
   processes.py the variables that make a rank, launch tags that find every process, free ports
   reaper.py    ends every process of a launch when the kernel that started it dies
   slurm.py     srun steps and batch jobs (submit, poll, stream, cancel); `python -m dltutor.launch.slurm`
+  srun_lines.py  srun's labelled output: the task of a line, over-long lines (cut by srun) made whole
+  job_faults.py  why a Slurm job failed (the task, or the node Slurm lost, and its ranks) or never starts
+  hostfile.py  a DeepSpeed hostfile / horovodrun -H list checked against the job's nodes and tasks
+  nodes.py     the nodes a launch can use: this kernel's Slurm job, the cluster's nodes in service
   sites.py     site profiles (partition, GPUs per node, modules) and job scripts from templates
 Used by notebooks 02-07 (and their labs when run from a kernel); imports only dltutor.core.
 """

@@ -21,6 +21,13 @@ class Backend:
     local = True         # True: rank variables inherited from the kernel are removed
     stop_codes = (-9, -15)  # exit codes of ranks the launcher itself stopped after a failure
 
+    def on_nodes(self, nodes: int) -> "Backend":
+        """This back end on `nodes` nodes; only Slurm's goes past this node."""
+        if int(nodes) != 1:
+            raise ValueError(f"nodes={nodes} needs backend='slurm' (a job across nodes); "
+                             f"backend {self.name!r} starts every rank on this node")
+        return self
+
     def check(self, nproc: int) -> None:
         """Raise ValueError for an nproc this back end cannot run."""
 

@@ -68,8 +68,7 @@ class _Run:
     def __init__(self, backend: Backend, cmd, env, log_dir: Path, nproc: int, echo: bool):
         self.backend, self.cmd, self.env, self.echo = backend, cmd, env, echo
         self.tag, self.log_dir = env[TAG_ENV], log_dir
-        self.files = {r: open(log_dir / f"rank{r}.log", "a", encoding="utf-8")
-                      for r in range(nproc)}
+        self.files = {r: open(log_dir / f"rank{r}.log", "a", encoding="utf-8") for r in range(nproc)}
         self.launcher_log = open(log_dir / "launcher.log", "a", encoding="utf-8")
         self.tails = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
         self.launcher_lines, self.metrics = [], []
@@ -77,6 +76,8 @@ class _Run:
 
     def _handle(self, line: str) -> None:
         rank, text = self.backend.split(line.rstrip("\r\n"))
+        if text is None:  # the back end holds a piece of a longer line (srun --label cuts them)
+            return
         if rank is None:
             self.launcher_lines.append(text)
             self.launcher_log.write(text + "\n")
@@ -217,13 +218,14 @@ class _Run:
 
 def launch(script, nproc: int | None = None, args=(), backend: str = "local", env=None,
            timeout: float = 1800.0, log_dir=None, threads: int | None = None,
-           echo: bool = True, oversubscribe: bool = False) -> LaunchResult:
+           echo: bool = True, oversubscribe: bool = False, nodes: int | None = None) -> LaunchResult:
     """Run `script` on `nproc` ranks with `backend` and return a `LaunchResult`.
 
     backend: 'local' (ranks forked from the warm start, dltutor.launch.warm), 'torchrun' (the same
     ranks under torchrun), 'python' (one process, nproc=1), 'horovod' (horovodrun, --gloo on CPU),
     'slurm' (srun inside an allocation, else sbatch with the site profile $DLTUTOR_SITE) or a
-    Backend instance such as `SlurmBackend(site=..., nodes=2)`. `env` adds variables for the
+    Backend instance such as `SlurmBackend(site=..., nodes=2)`; `nodes=2`: 2 nodes x nproc/2 ranks
+    (backend='slurm' only; a job of its own if this kernel's job has fewer). `env` adds variables for the
     ranks; OMP_NUM_THREADS is `threads` or `dltutor.core.env.threads_per_rank(nproc)` unless `env`
     sets it. Logs go to `log_dir` (default `<dltutor.core.env.runs_dir()>/<time>-<script>-<id>`).
     `echo=False` keeps the cell quiet. More ranks than GPUs (or, without GPUs, cores) are refused
@@ -231,10 +233,9 @@ def launch(script, nproc: int | None = None, args=(), backend: str = "local", en
     KeyboardInterrupt (after killing every process of the launch). `nproc=None`: the node's GPUs
     on a GPU node, else 2 (`dltutor.core.device.default_nproc`).
     """
-    if nproc is None:
-        nproc = default_nproc()
+    nproc = default_nproc() if nproc is None else nproc
     script, args = checked_request(script, nproc, args, timeout, threads, env)
-    be = get_backend(backend)
+    be = get_backend(backend) if nodes is None else get_backend(backend).on_nodes(nodes)
     be.check(nproc)
     if be.local:
         check_capacity(nproc, oversubscribe, env)
@@ -247,8 +248,7 @@ def launch(script, nproc: int | None = None, args=(), backend: str = "local", en
     child_env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS=n_threads, MKL_NUM_THREADS=n_threads,
                      DLTUTOR_RANK_PREFIXED="1", **{TAG_ENV: tag})
     child_env.update({str(k): str(v) for k, v in (env or {}).items()})
-    started = time.monotonic()
-    deadline = started + timeout
+    deadline = (started := time.monotonic()) + timeout
     for attempt in (1, 2):
         port = free_port() if be.needs_port else None
         cmd, extra = be.command(script, nproc, args, port=port, log_dir=log_dir)

@@ -21,30 +21,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dltutor.launch import job_faults
 from dltutor.launch.backends import Backend
-from dltutor.launch.results import blame_ranks
+from dltutor.launch.job_faults import (TASK_FAIL as _TASK_FAIL, SlurmError, failed_tasks,  # noqa: F401
+                                       job_error, task_failures, task_lines)
+from dltutor.launch.nodes import allocation_nodes, in_allocation
+from dltutor.launch.srun_lines import LABEL as _LABEL, Rejoiner, rejoin
 from dltutor.launch.sites import render_job
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-            "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
-_TASK_FAIL = re.compile(r"srun: error: \S+: tasks? ([\d,\-]+): (Exited with exit code \d+|Killed|"
-                        r"Terminated|Segmentation fault|Aborted|[A-Z][a-z ]+)")
-_SIGNALLED = {"Killed": -9, "Terminated": -15}
+            "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
+            "REQUEUED"}   # a run that ended (a node failed) and that Slurm queued again: job_state
 _METRICS = re.compile(r"DLTUTOR_METRICS (\{.*\})\s*$")
-_LABEL = re.compile(r"^\s*(\d+): ?(.*)$", re.S)
-
-
-class SlurmError(RuntimeError):
-    """A job or step that failed; `failed_tasks` names the tasks (ranks) that failed."""
-
-    def __init__(self, message, job_id=None, state=None, failed_tasks=(), output=""):
-        super().__init__(message)
-        self.job_id, self.state, self.failed_tasks, self.output = job_id, state, list(failed_tasks), output
-
-
-def in_allocation(environ=None) -> bool:
-    """True when this kernel runs inside a Slurm job (then launches are `srun --overlap` steps)."""
-    return bool((os.environ if environ is None else environ).get("SLURM_JOB_ID"))
 
 
 def srun_command(script, ntasks: int, args=(), overlap: bool = True, python: str | None = None,
@@ -82,6 +70,8 @@ def job_state(job_id) -> tuple[str, str]:
     r = _run(["scontrol", "show", "job", "-o", str(job_id)])
     if r.returncode == 0 and "JobState=" in r.stdout:
         fields = dict(re.findall(r"(\w+)=(\S*)", r.stdout))
+        if fields["JobState"] in ("PENDING", "REQUEUED") and fields.get("Restarts", "0") != "0":
+            return "REQUEUED", fields.get("ExitCode", "")   # its run ended; Slurm queued it again
         return fields["JobState"], fields.get("ExitCode", "")
     r = _run(["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "State,ExitCode"])
     rows = [ln for ln in r.stdout.splitlines() if "|" in ln] if r.returncode == 0 else []
@@ -92,12 +82,16 @@ def job_state(job_id) -> tuple[str, str]:
 
 
 def poll(job_id, timeout: float = 600, interval: float = 0.5) -> tuple[str, str]:
-    """(STATE, exit code) at the end of the job ('UNKNOWN' if no command knows it, 3 tries in a row);
-    TimeoutError after `timeout` s, the job left running (`cancel` it)."""
+    """(STATE, exit code) at the end of the job ('UNKNOWN' if no command knows it, 3 tries in a row;
+    'REQUEUED' when its run ended and Slurm queued it again: `cancel` it or poll on); TimeoutError
+    after `timeout` s, SlurmError when it can never start (job_faults.never_starts): the job left
+    in the queue (`cancel` it)."""
     deadline, unknown = time.monotonic() + timeout, 0
     while True:
         state, code = job_state(job_id)
         unknown = unknown + 1 if state == "UNKNOWN" else 0
+        if state == "PENDING" and (why := job_faults.never_starts(job_id)):
+            raise SlurmError(why, job_id, state)
         if state in TERMINAL or unknown >= 3:
             return state, code
         if time.monotonic() > deadline:
@@ -143,34 +137,10 @@ def cancel(job_id) -> None:
     _run(["scancel", str(job_id)], timeout=30)
 
 
-def task_failures(text: str) -> dict[int, int]:
-    """{task: exit code} from srun's 'srun: error: <host>: task(s) <ids>: ...' lines (-9 Killed,
-    -15 Terminated, -1 another signal)."""
-    codes = {}
-    for spec, how in _TASK_FAIL.findall(text):
-        code = int(how.split()[-1]) if how.startswith("Exited") else _SIGNALLED.get(how, -1)
-        for part in spec.split(","):
-            lo, _, hi = part.partition("-")
-            codes.update(dict.fromkeys(range(int(lo), int(hi or lo) + 1), code))
-    return codes
-
-
-def failed_tasks(text: str) -> list[int]:
-    """The tasks to blame (dltutor.launch.results.blame_ranks): not those whose last lines show they only
-    lost a peer, nor those srun terminated after another failed, unless nothing else is left."""
-    return blame_ranks(task_failures(text), lambda t: "\n".join(task_lines(text, t, 20)))
-
-
 def parse_metrics(text: str) -> list[dict]:
     """The `DLTUTOR_METRICS {json}` records in a job's output, sorted by rank."""
-    found = [json.loads(m.group(1)) for line in text.splitlines() if (m := _METRICS.search(line))]
+    found = [json.loads(m.group(1)) for line in rejoin(text) if (m := _METRICS.search(line))]
     return sorted(found, key=lambda r: r.get("rank", 0))
-
-
-def task_lines(text: str, task: int, n: int = 10) -> list[str]:
-    """The last `n` lines task `task` wrote (srun --label prefixed them with '<task>: ')."""
-    return [m.group(2) for line in text.splitlines()
-            if (m := _LABEL.match(line)) and int(m.group(1)) == task][-n:]
 
 
 @dataclass
@@ -212,6 +182,10 @@ def run_batch(script, nodes: int = 1, tasks_per_node: int = 2, args=(), site="lo
     def done():   # like poll(): a job no command knows (3 answers in a row) has ended
         state, code = job_state(job_id)
         status.update(state=state, code=code, unknown=status["unknown"] + 1 if state == "UNKNOWN" else 0)
+        if state == "PENDING" and (why := job_faults.never_starts(job_id)):
+            raise SlurmError(why, job_id, state)   # cancelled below
+        if state == "RUNNING" and not status.get("nodes"):
+            status["nodes"] = job_faults.job_nodes(job_id)   # to name a node that fails later
         return state in TERMINAL or status["unknown"] >= 3
 
     try:
@@ -222,31 +196,35 @@ def run_batch(script, nodes: int = 1, tasks_per_node: int = 2, args=(), site="lo
         raise
     res = JobResult(True, text, "", job_id, status["state"], status["code"],
                     time.monotonic() - start, output, parse_metrics(output), path)
+    if res.state == "REQUEUED":   # its run failed; a rerun from the start would overwrite the output
+        cancel(job_id)
+        on_line(f"cancelled Slurm job {job_id}: Slurm had requeued it after the failure")
     if res.state != "COMPLETED":
-        bad = failed_tasks(output)
-        who = f"task(s) {', '.join(map(str, bad))} failed" if bad else "no task named by srun"
-        tail = "\n".join(task_lines(output, bad[0]) if bad else output.splitlines()[-10:])
-        raise SlurmError(f"Slurm job {job_id} ended {res.state} (exit {res.exit_code}): {who}; "
-                         f"last lines:\n{tail}", job_id, res.state, bad, output)
+        raise job_error(job_id, res.state, res.exit_code, output, status.get("nodes", ()))
     return res
 
 
+
 class SlurmBackend(Backend):
-    """launch(backend='slurm'): `srun --overlap` in an allocation, else `python -m dltutor.launch.slurm batch`
-    for `site` (default $DLTUTOR_SITE or 'local'); launch's timeout SIGTERMs it and it scancels."""
+    """launch(backend='slurm'): `srun --overlap` in an allocation of `nodes` nodes, else a job of its own
+    (`python -m dltutor.launch.slurm batch`, site $DLTUTOR_SITE or 'local'); a timeout scancels it."""
     name = "slurm"
     needs_port = True   # inside an allocation: MASTER_PORT for the step (rank 0 on the kernel's node)
     local = False       # keep the job's SLURM_* variables; srun sets each task's own
 
     def __init__(self, site: str | None = None, nodes: int = 1, time_limit: str = "00:10:00"):
-        self.site, self.nodes, self.time_limit = site, int(nodes), time_limit
+        self.site, self.nodes, self.time_limit, self._joiner = site, int(nodes), time_limit, Rejoiner()
+
+    def on_nodes(self, nodes):
+        return SlurmBackend(self.site, nodes, self.time_limit)
 
     def check(self, nproc):
-        if nproc < 1 or nproc % self.nodes:
+        if self.nodes < 1 or nproc < 1 or nproc % self.nodes:
             raise ValueError(f"nproc={nproc} ranks do not split evenly over {self.nodes} node(s)")
 
     def command(self, script, nproc, args, *, port, log_dir, python=sys.executable):
-        if in_allocation():
+        self._joiner = Rejoiner()   # a new launch: no piece of an earlier one is held
+        if in_allocation() and self.nodes <= allocation_nodes():   # a step of this job
             return srun_command(script, nproc, args, True, python, self.nodes), \
                 {"MASTER_PORT": str(port)} if port else {}
         site = self.site or os.environ.get("DLTUTOR_SITE", "local")
@@ -256,8 +234,9 @@ class SlurmBackend(Backend):
                 *map(str, args)], {}
 
     def split(self, line):
-        m = _LABEL.match(line)
-        return (int(m.group(1)), m.group(2)) if m else (None, line)
+        whole = self._joiner.feed(line)   # None: a piece of a longer line, held
+        m = _LABEL.match(line if whole is None else whole)
+        return (int(m.group(1)), None if whole is None else m.group(2)) if m else (None, whole)
 
     def failures(self, launcher_text):
         return task_failures(launcher_text)

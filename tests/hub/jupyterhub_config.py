@@ -1,7 +1,7 @@
 """A TACC-like portal for tests/test_hub.py: JupyterHub whose single-user servers are Slurm jobs.
 
 Everything machine-specific comes from the environment the test sets (HUB_*), so the file holds no
-paths or ports. The user logs in with a password (DummyAuthenticator: the test's stand-in for the
+paths or ports; the node names of the cluster resolve through its hosts file (HUB_SLURM_HOSTS). The user logs in with a password (DummyAuthenticator: the test's stand-in for the
 centre's login); the hub submits the user's JupyterLab with sbatch (batchspawner's SlurmSpawner) and
 the server runs from the hub's own Python, not from the course environment.
 """
@@ -29,6 +29,15 @@ c.JupyterHub.load_roles = [{"name": "tester", "services": ["tester"],
                             "scopes": ["admin:users", "admin:servers", "tokens", "read:servers"]}]
 
 c.JupyterHub.spawner_class = "batchspawner.SlurmSpawner"
+# squeue tells the hub the node its server runs on (node1, node2), a name the hub's machine does not
+# resolve by itself: the portal's DNS is the cluster's hosts file (HUB_SLURM_HOSTS, "address name..."
+# lines), read when the hub starts. MultiSlurmSpawner is SlurmSpawner plus that name -> address map.
+if e.get("HUB_SLURM_HOSTS"):
+    with open(e["HUB_SLURM_HOSTS"]) as hosts_file:
+        rows = [line.split("#")[0].split() for line in hosts_file]
+    c.JupyterHub.spawner_class = "batchspawner.MultiSlurmSpawner"
+    c.MultiSlurmSpawner.daemon_resolver = {name: row[0] for row in rows if len(row) > 1
+                                           for name in row[1:]}
 c.SlurmSpawner.exec_prefix = ""   # the test user is the user running the tests: no sudo
 c.SlurmSpawner.batch_script = """#!/bin/bash
 #SBATCH --job-name=jupyterhub-{{username}}

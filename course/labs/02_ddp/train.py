@@ -13,6 +13,8 @@ Launch forms (run in this lab's folder; the script is the same in all of them):
   srun --ntasks 2 python train.py --tiny                  # Slurm: one task per rank
   srun --ntasks 8 --ntasks-per-node 4 --gpus-per-task 1 python train.py   # one task per GPU
   sbatch --ntasks 2 --wrap "srun python train.py --tiny"  # a batch job: srun starts the ranks
+  sbatch job.sbatch   # job.sbatch = dltutor.launch.sites.render_job(site, "train.py", nodes=2,
+                      #   launcher="srun" or "torchrun"): 2 nodes, ranks by srun or a torchrun per node
 Under srun, dltutor.core.dist reads SLURM_PROCID/SLURM_NTASKS and MASTER_ADDR from the node list.
 Job scripts for a site (partition, GPUs per node, modules) come from its profile in
 course/labs/sites/*.toml through dltutor.launch.sites.render_job(...). From a notebook cell:
@@ -45,9 +47,12 @@ last N of a --steps run, else the N after the first --timing-skip steps; they ar
 step times) and --profile-dir DIR saves each rank's events to DIR/profile.rank<r>.json
 (dltutor.ddp.timeline reads them: forward, backward and each bucket's all-reduce in time).
 
-Each rank prints one `DLTUTOR_METRICS {json}` line: img/s (own and global), step time and the
-timed per-step times (step_times_ms, their spread), the profile file (profile), loss curve
-(averaged over ranks), lr curve, world size, hardware label (CPU/gloo or GPU/nccl), data source.
+Rank 0 first prints every rank's host (`ranks on hosts: node1 [0], node2 [1] (2 node(s) x 1
+rank(s))`) and at the end the global img/s labelled with that shape. Each rank prints one
+`DLTUTOR_METRICS {json}` line: its host, every rank's host and the shape, img/s (own and global),
+step time and the timed per-step times (step_times_ms, their spread), the profile file (profile),
+loss curve (averaged over ranks), lr curve, world size, hardware label (CPU/gloo or GPU/nccl), data
+source.
 """
 import contextlib
 import time
@@ -60,6 +65,7 @@ from torch.utils.data.distributed import DistributedSampler  # DDP:
 
 from dltutor.core import dist, flags
 from dltutor.core.device import hardware_label, synchronize
+from dltutor.core.hosts import shape_label
 from dltutor.core.train_step import train_step
 from dltutor.data import cifar10
 from dltutor.data.loaders import to_device_tensors
@@ -146,6 +152,7 @@ def evaluate(model, x, y, ctx, batch=512):
 def main(argv=None):
     a = parse_args(argv)
     with dist.session() as ctx:  # DDP: join the process group (no group under plain python)
+        hosts = dist.print_hosts()  # DDP: every rank's host name (which node each rank runs on)
         W, dev = ctx.world_size, ctx.device
         b, B = split_batch(W, a.scaling, a.per_rank_batch, a.global_batch)
         base_batch = a.base_batch or (a.per_rank_batch if a.scaling == "weak" else a.global_batch)
@@ -233,8 +240,10 @@ def main(argv=None):
                 plain, x_test, y_test, ctx)
             if a.eval_every and (not acc_curve or acc_curve[-1][0] != step):
                 acc_curve.append((step, acc))
-        dist.report(img_per_s=b * len(timed) / timed.sum().item(),
-                    global_img_per_s=B * len(timed) / busy.item(),
+        global_rate = B * len(timed) / busy.item()
+        dist.rank_print(f"{global_rate:.1f} img/s on {shape_label(hosts)} "
+                        f"({hardware_label(dev)}), final loss {curve[-1].item():.5f}", main_only=True)
+        dist.report(img_per_s=b * len(timed) / timed.sum().item(), global_img_per_s=global_rate,
                     step_time_ms=1e3 * timed.median().item(),
                     step_time_mean_ms=1e3 * timed.mean().item(),
                     step_times_ms=[round(1e3 * t, 3) for t in timed.tolist()],
@@ -245,7 +254,8 @@ def main(argv=None):
                     scaling=a.scaling, per_rank_batch=b, global_batch=B, bucket_cap_mb=a.bucket_cap_mb,
                     overlap=not manual, hardware=hardware_label(dev), data=info["source"],
                     params=n_params, width=a.width, threads=torch.get_num_threads(),
-                    launcher=ctx.launcher, shard_heads=heads, test_acc=acc, model=a.model,
+                    launcher=ctx.launcher, hosts=hosts, shape=shape_label(hosts),
+                    shard_heads=heads, test_acc=acc, model=a.model,
                     acc_curve=acc_curve, target_acc=a.target_acc,
                     steps_to_target=None if a.target_acc is None else steps_to_target(acc_curve, a.target_acc),
                     param_checksum=param_checksum(model))

@@ -9,12 +9,23 @@ Launch forms (run in this lab's folder; the script is the same in all of them):
   horovodrun -np 2 -H localhost:2 --gloo python pytorch_synthetic_benchmark.py \\
       --no-cuda --image-size 32 --batch-size 8 --tiny               # 2 workers on this CPU (Gloo)
   horovodrun -np 8 -H node1:4,node2:4 python pytorch_synthetic_benchmark.py   # 4 GPUs x 2 nodes
-  srun --ntasks 8 --ntasks-per-node 4 python pytorch_synthetic_benchmark.py   # in a Slurm job
+  srun --ntasks 8 --ntasks-per-node 4 python pytorch_synthetic_benchmark.py   # MPI builds only
   mpirun -np 8 -H node1:4,node2:4 -bind-to none -map-by slot \\
       python pytorch_synthetic_benchmark.py                         # where Horovod has MPI
-Under srun, a Horovod built with MPI reads the ranks from Slurm's PMI; a Gloo-only build needs
-horovodrun. From a notebook: dltutor.launch.run.launch(this_file, nproc=2, backend="horovod",
-args=[...]).
+In a Slurm job, the script that print(dltutor.launch.sites.render_job(site, this_file, nodes=2,
+tasks_per_node=K, launcher="horovodrun")) gives runs horovodrun on the first node with
+-H node1:K,node2:K from the job's node list; horovodrun starts every rank over ssh
+(course/labs/slurm/launchers.toml says how it tells local from remote hosts and why the script
+names the network interface). On the course's test
+cluster, 2 nodes x 1 rank prints "ranks on hosts: node1 [0], node2 [1]" and gives the losses of
+1 node x 2 ranks (tests/test_multinode_engines.py).
+srun works only for a Horovod built with MPI (it reads its ranks from MPI; Slurm's PMI must match
+that MPI). The course's Horovod 0.28.1 is built with Gloo alone: Gloo finds its peers only through
+horovodrun's rendezvous server and HOROVOD_* variables, which srun does not provide, so every srun
+task would train alone in a world of one ("Number of CPUs: 1" on each node, and the job COMPLETED).
+The lab stops such a run at once with an error that says so (dltutor.horovod.world). From a
+notebook: dltutor.launch.run.launch(this_file, nproc=2, backend="horovod", args=[...]).
+Rank 0 prints which rank ran on which host ("ranks on hosts: ...").
 
 On CPU workers the lab sets HOROVOD_CYCLE_TIME=50 (ms) and HOROVOD_FUSION_THRESHOLD=32 MiB unless
 the environment sets them (Horovod's defaults, 1 ms and 128 MiB, suit GPUs; on CPUs the 1 ms cycle
@@ -29,14 +40,17 @@ import torch.optim as optim
 
 import horovod.torch as hvd  # Horovod:
 
+from dltutor.core import dist
 from dltutor.core.device import device as pick_device
-from dltutor.horovod import benchmark
+from dltutor.horovod import benchmark, world
 
 args = benchmark.parse_args(__doc__)
 
 # Horovod: on CPU workers, a slower cycle and a 32 MiB fusion buffer (see dltutor.horovod.benchmark)
 settings = benchmark.horovod_cpu_settings(args.no_cuda or not torch.cuda.is_available())
 hvd.init()  # Horovod: start Horovod (rank, size, local_rank come from the launcher)
+world.check_world_size(hvd.size())  # Horovod: srun without MPI gives every task a world of one
+dist.print_hosts(gather=hvd.allgather_object)  # Horovod: every rank's host, printed by rank 0
 if hvd.rank() == 0:
     print(benchmark.horovod_settings_line(settings), flush=True)
 torch.set_num_threads(benchmark.threads_for(args, hvd.local_size()))  # Horovod: cores per worker

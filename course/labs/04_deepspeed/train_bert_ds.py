@@ -6,6 +6,20 @@ Launch forms (run in this lab's folder; each rank prints one `DLTUTOR_METRICS {j
   deepspeed --num_gpus 2 train_bert_ds.py --deepspeed_config configs/zero3.json --num_layers 192  # [full size]
   torchrun --nproc-per-node 2 train_bert_ds.py --tiny --deepspeed_config configs/zero2.json
   srun -n 2 python train_bert_ds.py --tiny --deepspeed_config configs/zero3.json   # Slurm
+  deepspeed --hostfile $HOSTFILE --launcher pdsh --master_addr $MASTER_ADDR train_bert_ds.py \\
+      --tiny --deepspeed_config configs/zero2.json   # 2 nodes: lines "node1 slots=2", "node2 slots=2"
+Across nodes in a Slurm job: the script that print(dltutor.launch.sites.render_job(site,
+this_file, nodes=2, tasks_per_node=K, launcher=..., args=[...])) gives, with
+  launcher="srun"       every rank a task of the job's srun step (SLURM_PROCID -> dltutor.core.dist)
+  launcher="deepspeed"  DeepSpeed's own runner: the job writes the hostfile from its node list and
+                        the runner starts each node's ranks over pdsh/ssh; the job's DLTUTOR_* and
+                        OMP_NUM_THREADS reach them through a DS_ENV_FILE of the job's own (pdsh
+                        passes on only MLFLOW*/PYTHON*/MV2*/UCX* and that file's lines).
+A portal (a JupyterHub or Open OnDemand that submits jobs for you) uses the srun form: it needs no
+ssh between compute nodes (many sites refuse it, or allow it only into nodes of your running job),
+the job's environment reaches every rank as is, and every rank stays a Slurm task that Slurm
+accounts, confines and kills (scancel, a dead node, --kill-on-bad-exit); ranks that pdsh starts
+are outside Slurm's steps. Rank 0 prints which rank ran on which host ("ranks on hosts: ...").
 On a CPU-only machine DeepSpeed needs DS_ACCELERATOR=cpu (the lab sets it through
 dltutor.core.engines.engine_env()).
 ZeRO-Infinity: `--deepspeed_config configs/zero3_offload_nvme.json --nvme_path /scratch/$USER/x`
@@ -42,6 +56,7 @@ def main(argv=None):
 
     ctx = dist.init(group_of_one=True)  # DeepSpeed: process group (gloo/nccl), even of one
     deepspeed.init_distributed(dist_backend=backend())  # DeepSpeed: reuse it
+    dist.print_hosts()                                    # DeepSpeed: rank 0 names every rank's host
     budget_bytes = budget.apply_budget(args.mem_budget_mb, dev=ctx.device)  # GPU: a device cap
     dist.report(**run(args, cfg, ctx), budget_bytes=budget_bytes)
     dist.teardown()

@@ -13,7 +13,12 @@ Launch forms (run in this lab's folder):
              --rdzv-endpoint $HEAD_NODE:29500 allreduce_bench.py       # 2 nodes x 4 ranks
     srun --ntasks 8 python allreduce_bench.py                  # Slurm: one task per rank
     torchrun --nproc-per-node 2 allreduce_bench.py --mode pingpong --tiny  # ping-pong only
+    sbatch job.sbatch    # job.sbatch from dltutor.launch.sites.render_job(site, this script, nodes=2)
 From a notebook: dltutor.allreduce.collectives.measure_allreduce(nproc=2, sizes=[...]).
+
+Rank 0 first prints every rank's host (`ranks on hosts: node1 [0], node2 [1] (2 node(s) x 1
+rank(s))`) and what joins the nodes, from their addresses: on the course's test cluster the nodes
+are loopback addresses of one machine, so the link between them is the same as inside a node.
 """
 from __future__ import annotations
 
@@ -23,10 +28,12 @@ import torch
 
 from dltutor.allreduce import collectives as C
 from dltutor.allreduce import cost
-from dltutor.allreduce.sweep import add_sweep_flags, process_group, over_passes, result_row
+from dltutor.allreduce.sweep import (add_sweep_flags, link_line, node_link, process_group,
+                                    over_passes, result_row)
 from dltutor.core import dist as ddist
 from dltutor.core import flags
 from dltutor.core.device import device, hardware_label
+from dltutor.core.hosts import shape_label
 from dltutor.core.units import fmt_bytes
 
 DEFAULT_SIZES = "1KiB,4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB,64MiB"
@@ -53,8 +60,14 @@ def main(argv=None) -> int:
     dtype = getattr(torch, a.dtype)
     with process_group() as (rank, n):  # DDP: the launcher's process group (plain python: 1 rank)
         say = print if rank == 0 else (lambda *x, **k: None)
-        say(f"# all-reduce lab on {n} rank(s), {hardware_label()}, device {device()}, dtype {a.dtype}")
+        hosts = ddist.print_hosts()  # DDP: every rank's host (a collective): which node is where
+        link = node_link(hosts) if rank == 0 else None  # rank 0 resolves the hosts' addresses
+        say(f"# all-reduce lab on {n} rank(s) = {shape_label(hosts)}, {hardware_label()}, "
+            f"device {device()}, dtype {a.dtype}")
+        if link:
+            say(f"# {link_line(link)}")
         summary = {"rank": rank, "world_size": n, "hardware": hardware_label(), "dtype": a.dtype,
+                   "hosts": hosts, "shape": shape_label(hosts), "link": link,
                    "checks": {}, "results": [], "pingpong": []}
         if a.mode in ("allreduce", "both"):
             for name in a.algorithms:  # correctness first: an odd length, and one shorter than N

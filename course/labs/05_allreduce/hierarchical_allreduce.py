@@ -7,8 +7,10 @@ node, an all-reduce of each shard across the nodes, and a ring all-gather inside
 (dltutor.allreduce.hierarchical). It is checked against dist.all_reduce (int64 exactly, float32
 with allclose), then timed beside our flat ring and the library's dist.all_reduce ("gloo"; nccl on
 GPUs). Every rank prints one `DLTUTOR_METRICS {json}` line with its groups; rank 0's also holds
-the checks and the timings. On one machine every "link" is the same loopback: the intra/inter
-split is pretend, which the notebook's findings say.
+the checks and the timings. Rank 0 prints every rank's host, whether the intra-node groups are the
+real hosts (a Slurm job of nodes x --per-node ranks) or pretend ones (all ranks on one machine), and
+what joins the nodes, from their addresses: on the course's test cluster the nodes are loopback
+addresses of one machine, so even real groups see the same link inside and between nodes.
 
 Launch forms (run in this lab's folder):
     python hierarchical_allreduce.py --tiny                          # 1 process: 1 node of 1 rank
@@ -17,6 +19,8 @@ Launch forms (run in this lab's folder):
     torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
              --rdzv-endpoint $HEAD_NODE:29500 hierarchical_allreduce.py --per-node 4   # real nodes
     srun --ntasks 8 --ntasks-per-node 4 python hierarchical_allreduce.py --per-node 4   # Slurm
+    sbatch job.sbatch    # from dltutor.launch.sites.render_job(site, this script, nodes=2,
+                         #   tasks_per_node=2, args=["--per-node", 2])
 From a notebook: dltutor.allreduce.hierarchical.measure_hierarchical(nproc=4, per_node=2, ...).
 """
 from __future__ import annotations
@@ -28,7 +32,8 @@ import torch.distributed as dist  # DDP:
 
 from dltutor.allreduce import collectives as C
 from dltutor.allreduce import hierarchical as H
-from dltutor.allreduce.sweep import add_sweep_flags, process_group, over_passes, result_row
+from dltutor.allreduce.sweep import (add_sweep_flags, link_line, node_link, process_group,
+                                    over_passes, result_row)
 from dltutor.core import dist as ddist
 from dltutor.core import flags
 from dltutor.core.device import device, hardware_label
@@ -53,11 +58,16 @@ def main(argv=None) -> int:
     with process_group() as (rank, n):  # DDP: the launcher's process group (plain python: 1 rank)
         say = print if rank == 0 else (lambda *x, **k: None)
         per_node = min(a.per_node, n)  # plain `python`: one node of one rank
+        hosts = ddist.print_hosts()  # DDP: every rank's host (a collective): which node is where
+        real = H.groups_on_hosts(hosts, per_node)
         intra, inter = H.make_groups(per_node)  # DDP: every rank, every group, same order
         groups = {"intra": dist.get_process_group_ranks(intra),
                   "inter": dist.get_process_group_ranks(inter)}
         say(f"# hierarchical all-reduce on {n} rank(s) = {n // per_node} node(s) x {per_node}, "
             f"{hardware_label()}, backend {dist.get_backend()}, device {device()}")
+        if rank == 0:
+            say(f"# intra-node groups {'are the real hosts' if real else 'are pretend nodes'}; "
+                f"{link_line(node_link(hosts))}")
         print(f"rank {rank}: intra-node group {groups['intra']}, inter-node group {groups['inter']}",
               flush=True)
         algs = {"hierarchical": lambda t: H.hierarchical_allreduce(t, intra, inter),
@@ -79,6 +89,7 @@ def main(argv=None) -> int:
             say(f"{fmt_bytes(r['bytes']):>9} {r['algorithm']:<13} {lo * 1e6:11.1f} {r['busbw_GBps']:11.3f}"
                 f"  {lo * 1e6:10.0f}..{hi * 1e6:.0f}")
         extra = {} if rank else {"per_node": per_node, "nodes": n // per_node, "checks": checks,
+                                 "hosts": hosts, "groups_on_hosts": real, "link": node_link(hosts),
                                  "results": rows, "hardware": hardware_label(),
                                  "backend": dist.get_backend(), "device": str(device())}
         ddist.report(groups=groups, **extra)
