@@ -145,15 +145,32 @@ def test_master_port_taken_on_node1_srun_form(rendezvous_jobs):
 
 
 def test_master_port_taken_on_node1_torchrun_form(rendezvous_jobs):
+    """The torchrun launcher checks the port on node 0 before torchrun's agent would fail on it."""
     job_id, state, output, port = rendezvous_jobs["port_torchrun"]
     assert state == "FAILED", output
-    assert "EADDRINUSE" in output                            # torch's own words, in its traceback
+    assert (f"0: the launcher of node rank 0 on node1: MASTER_PORT {port} is already in use on "
+            "node1") in output, output
+    assert "Traceback" not in output                        # one message, no stack trace
     err = slurm.job_error(job_id, state, "", output)
-    assert err.failed_tasks == [0], str(err)                 # torchrun's agent on node1, not its peer
-    err = str(err)
-    assert (f"task 0 on node1 could not listen on port {port} (EADDRINUSE): something else already "
-            f"listens on the job's MASTER_PORT {port} on node1") in err, err
+    assert err.failed_tasks == [0] and f"MASTER_PORT {port} is already in use" in str(err), str(err)
     assert_nothing_left(job_id)
+
+
+def test_torch_eaddrinuse_blames_the_task_that_could_not_listen():
+    """A torchrun started without the check (by hand): torch's own EADDRINUSE line, on task 0, is
+    named as the cause, not task 1 that only lost its peer."""
+    output = ("job 7 on node[1-2]: MASTER_ADDR=node1 MASTER_PORT=20007\n"
+              "1: [W] The client socket has failed to connect to node1:20007\n"
+              "0: torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+              "local network address. port: 20007, useIpv6: false, code: -98, name: EADDRINUSE, "
+              "message: address already in use\n"
+              "0: ranks on hosts: node1 [0], node2 [1] (2 node(s) x 1 rank(s))\n"
+              "srun: error: node1: task 0: Exited with exit code 1\n"
+              "srun: error: node2: task 1: Exited with exit code 1\n")
+    err = slurm.job_error("7", "FAILED", "1:0", output)
+    assert err.failed_tasks == [0], str(err)
+    assert ("task 0 on node1 could not listen on port 20007 (EADDRINUSE): something else already "
+            "listens on the job's MASTER_PORT 20007 on node1") in str(err), str(err)
 
 
 # ---- more than a node has: refused, named --------------------------------------------------------
