@@ -293,12 +293,13 @@ def _job_end(job_id: str) -> tuple[str, str]:
         raise
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("forms", runnable_commands(), ids=lambda forms: " = ".join(map(str, forms)))
-def test_form_runs_here(forms, course_copy, request, tmp_path):
+SLURM_LAUNCHERS = ("srun", "sbatch")   # their forms run on the test cluster: test_launch_forms_slurm.py
+
+
+def run_form(forms: list[Form], course_copy: Path, tmp_path: Path) -> None:
+    """Run one documented command (as `forms[0]` writes it, --tiny added) in a copy of the course;
+    it must succeed and, for a lab, report its metrics. Every place in `forms` is named on failure."""
     form = forms[0]
-    if form.argv[0] in ("srun", "sbatch"):
-        request.getfixturevalue("slurm_cluster")
     cwd = course_copy / form.cwd.relative_to(ROOT / "course") if form.cwd != ROOT else course_copy.parent
     argv = _runnable_argv(form)
     if argv[0] == "sbatch":   # submitted, then polled every 0.5 s (`sbatch --wait` sleeps 2, 8, 32 s)
@@ -317,3 +318,14 @@ def test_form_runs_here(forms, course_copy, request, tmp_path):
     assert not job or job.endswith("COMPLETED 0:0"), f"{places}\n{job}\n{text[-4000:]}"
     if script_of(form) is not None and form.argv[0] != "make":
         assert ("DLTUTOR_METRICS" in text or "Total img/sec" in text), f"{form}: no report\n{text[-2000:]}"
+
+
+def commands_of(slurm: bool) -> list[list[Form]]:
+    """The runnable commands started by srun/sbatch (slurm=True) or by anything else."""
+    return [forms for forms in runnable_commands() if (forms[0].argv[0] in SLURM_LAUNCHERS) == slurm]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forms", commands_of(slurm=False), ids=lambda forms: " = ".join(map(str, forms)))
+def test_form_runs_here(forms, course_copy, tmp_path):
+    run_form(forms, course_copy, tmp_path)

@@ -12,7 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_user_of_the_local_slurm_is_one_unit():
     users = [p for p in sorted((ROOT / "tests").glob("test_*.py"))
              if re.search(r"\bslurm_cluster\b", p.read_text())]
-    assert {p.name for p in users} >= {"test_slurm.py", "test_hub.py", "test_launch_forms.py"}
+    assert {p.name for p in users} >= {"test_slurm.py", "test_hub.py", "test_launch_forms_slurm.py",
+                                       "test_multinode_labs.py", "test_multinode_engines.py",
+                                       "test_multinode_faults.py"}
     for p in users:
         assert scope_of(f"tests/{p.name}::test_x[a::b]") == SLURM_GROUP, p.name
     # notebook 02's section 5 submits a job to the cluster that the test files started
@@ -21,6 +23,8 @@ def test_every_user_of_the_local_slurm_is_one_unit():
 
 def test_every_other_file_is_a_unit_of_its_own():
     assert scope_of("tests/test_tables.py::test_a") == "tests/test_tables.py"
+    # the forms no Slurm starts run on whichever worker is free, apart from the Slurm ones
+    assert scope_of("tests/test_launch_forms.py::test_form_runs_here[x]") == "tests/test_launch_forms.py"
     assert scope_of("tests/test_tables.py::test_b[x]") == "tests/test_tables.py"
     nb = "course/notebooks/05_ring_allreduce_visualizer.ipynb"
     assert scope_of(f"{nb}::Cell 0") == scope_of(f"{nb}::Cell 27") == nb

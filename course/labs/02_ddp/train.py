@@ -13,13 +13,12 @@ Launch forms (run in this lab's folder; the script is the same in all of them):
   srun --ntasks 2 python train.py --tiny                  # Slurm: one task per rank
   srun --ntasks 8 --ntasks-per-node 4 --gpus-per-task 1 python train.py   # one task per GPU
   sbatch --ntasks 2 --wrap "srun python train.py --tiny"  # a batch job: srun starts the ranks
-  sbatch job.sbatch   # job.sbatch = dltutor.launch.sites.render_job(site, "train.py", nodes=2,
-                      #   launcher="srun" or "torchrun"): 2 nodes, ranks by srun or a torchrun per node
 Under srun, dltutor.core.dist reads SLURM_PROCID/SLURM_NTASKS and MASTER_ADDR from the node list.
 Job scripts for a site (partition, GPUs per node, modules) come from its profile in
-course/labs/sites/*.toml through dltutor.launch.sites.render_job(...). From a notebook cell:
-launch(dltutor.core.course.lab("02_ddp/train.py"), nproc=2, args=["--tiny"]) (dltutor.launch.run;
-backend='slurm' inside a Slurm job).
+course/labs/sites/*.toml through dltutor.launch.sites.render_job(site, "train.py", nodes=2,
+launcher="srun" or "torchrun"): 2 nodes, the ranks started by srun or by a torchrun per node.
+From a notebook cell: launch(dltutor.core.course.lab("02_ddp/train.py"), nproc=2, args=["--tiny"])
+(dltutor.launch.run; backend='slurm' inside a Slurm job, nodes=2 for a job on two nodes).
 
 Backend: nccl on GPUs, gloo on CPUs (dltutor.core.device.backend()). Data: CIFAR-10 from
 dltutor.data.cifar10.load_cifar10 (offline without CIFAR-10: the real Fashion-MNIST as a labelled

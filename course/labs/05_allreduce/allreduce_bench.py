@@ -13,7 +13,7 @@ Launch forms (run in this lab's folder):
              --rdzv-endpoint $HEAD_NODE:29500 allreduce_bench.py       # 2 nodes x 4 ranks
     srun --ntasks 8 python allreduce_bench.py                  # Slurm: one task per rank
     torchrun --nproc-per-node 2 allreduce_bench.py --mode pingpong --tiny  # ping-pong only
-    sbatch job.sbatch    # job.sbatch from dltutor.launch.sites.render_job(site, this script, nodes=2)
+A job script for 2 nodes: dltutor.launch.sites.render_job(site, this script, nodes=2).
 From a notebook: dltutor.allreduce.collectives.measure_allreduce(nproc=2, sizes=[...]).
 
 Rank 0 first prints every rank's host (`ranks on hosts: node1 [0], node2 [1] (2 node(s) x 1

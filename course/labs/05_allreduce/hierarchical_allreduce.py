@@ -19,8 +19,8 @@ Launch forms (run in this lab's folder):
     torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
              --rdzv-endpoint $HEAD_NODE:29500 hierarchical_allreduce.py --per-node 4   # real nodes
     srun --ntasks 8 --ntasks-per-node 4 python hierarchical_allreduce.py --per-node 4   # Slurm
-    sbatch job.sbatch    # from dltutor.launch.sites.render_job(site, this script, nodes=2,
-                         #   tasks_per_node=2, args=["--per-node", 2])
+A job script for 2 nodes x 2 ranks: dltutor.launch.sites.render_job(site, this script, nodes=2,
+tasks_per_node=2, args=["--per-node", 2]).
 From a notebook: dltutor.allreduce.hierarchical.measure_hierarchical(nproc=4, per_node=2, ...).
 """
 from __future__ import annotations
