@@ -139,6 +139,8 @@ def test_horovodrun_across_two_hosts_matches_one_node(jobs):
     _assert_on_one_node(base, 2)
     _assert_same_losses(job, base, 2)
     two, one = (_benchmark_total(j) for j in (job, base))
+    assert f"Total img/sec on 2 node(s) x 1 rank(s): {two:.1f}" in job["output"]   # labelled
+    assert f"Total img/sec on 1 node(s) x 2 rank(s): {one:.1f}" in base["output"]
     print(f"lab 03 Horovod, 2 nodes x 1 rank: {two:.1f} img/s in total; 1 node x 2 ranks: {one:.1f} img/s")
 
 
@@ -171,6 +173,8 @@ def test_deepspeed_srun_across_two_hosts_matches_one_node(jobs):
     _completed(job)
     _assert_on_two_nodes(job, 1)
     _assert_same_losses(job, base, 2)
+    rate = next(m for m in job["metrics"] if m["rank"] == 0)["samples_per_s"]
+    assert f"{rate:.1f} samples/s on 2 node(s) x 1 rank(s) (CPU/gloo)" in job["output"]   # labelled
     _print_samples("srun", job, base)
 
 

@@ -215,6 +215,8 @@ def run(args, model, optimizer, data, target, device, rank: int, world_size: int
     summary = summarize_imgs_per_sec(rates, world_size)
     for line in summary_lines(summary, device):
         log(line)
+    if extra and extra.get("shape"):   # where the workers ran: the label the total carries
+        log(f"Total img/sec on {extra['shape']}: {summary['total_img_sec']:.1f}")
     return dist.report(engine=engine, model=args.model, batch_size=args.batch_size,
                        image_size=args.image_size, device=device_word(device),
                        threads=torch.get_num_threads(), fp16_allreduce=args.fp16_allreduce,

@@ -42,6 +42,7 @@ import horovod.torch as hvd  # Horovod:
 
 from dltutor.core import dist
 from dltutor.core.device import device as pick_device
+from dltutor.core.hosts import shape_label
 from dltutor.horovod import benchmark, world
 
 args = benchmark.parse_args(__doc__)
@@ -50,7 +51,7 @@ args = benchmark.parse_args(__doc__)
 settings = benchmark.horovod_cpu_settings(args.no_cuda or not torch.cuda.is_available())
 hvd.init()  # Horovod: start Horovod (rank, size, local_rank come from the launcher)
 world.check_world_size(hvd.size())  # Horovod: srun without MPI gives every task a world of one
-dist.print_hosts(gather=hvd.allgather_object)  # Horovod: every rank's host, printed by rank 0
+hosts = dist.print_hosts(gather=hvd.allgather_object)  # Horovod: every rank's host, printed by rank 0
 if hvd.rank() == 0:
     print(benchmark.horovod_settings_line(settings), flush=True)
 torch.set_num_threads(benchmark.threads_for(args, hvd.local_size()))  # Horovod: cores per worker
@@ -79,4 +80,5 @@ data, target = benchmark.synthetic_batch(args.batch_size, args.image_size, args.
 benchmark.run(args, model, optimizer, data, target, device,
               rank=hvd.rank(), world_size=hvd.size(), engine="horovod",  # Horovod:
               extra={"adasum": args.use_adasum, "cycle_time_ms": settings["cycle_time_ms"],
-                     "fusion_threshold_bytes": settings["fusion_threshold_bytes"]})
+                     "fusion_threshold_bytes": settings["fusion_threshold_bytes"],
+                     "hosts": hosts, "shape": shape_label(hosts)})

@@ -37,7 +37,8 @@ import sys
 import time
 
 from dltutor.core import dist, env
-from dltutor.core.device import backend, synchronize
+from dltutor.core.device import backend, hardware_label, synchronize
+from dltutor.core.hosts import shape_label
 from dltutor.core.engines import engine_env
 from dltutor.zero import bert_lab, budget, memory
 from dltutor.zero.bert import build_bert
@@ -56,9 +57,13 @@ def main(argv=None):
 
     ctx = dist.init(group_of_one=True)  # DeepSpeed: process group (gloo/nccl), even of one
     deepspeed.init_distributed(dist_backend=backend())  # DeepSpeed: reuse it
-    dist.print_hosts()                                    # DeepSpeed: rank 0 names every rank's host
+    hosts = dist.print_hosts()                            # DeepSpeed: rank 0 names every rank's host
     budget_bytes = budget.apply_budget(args.mem_budget_mb, dev=ctx.device)  # GPU: a device cap
-    dist.report(**run(args, cfg, ctx), budget_bytes=budget_bytes)
+    result = run(args, cfg, ctx)
+    if result["samples_per_s"] is not None:
+        dist.rank_print(f"{result['samples_per_s']:.1f} samples/s on {shape_label(hosts)} "
+                        f"({hardware_label(ctx.device)})", main_only=True)
+    dist.report(**result, budget_bytes=budget_bytes, hosts=hosts, shape=shape_label(hosts))
     dist.teardown()
 
 
