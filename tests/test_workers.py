@@ -14,7 +14,7 @@ def test_every_user_of_the_local_slurm_is_one_unit():
              if re.search(r"\bslurm_cluster\b", p.read_text())]
     assert {p.name for p in users} >= {"test_slurm.py", "test_hub.py", "test_launch_forms_slurm.py",
                                        "test_multinode_labs.py", "test_multinode_engines.py",
-                                       "test_multinode_faults.py"}
+                                       "test_multinode_faults.py", "test_cluster_nodes.py"}
     for p in users:
         assert scope_of(f"tests/{p.name}::test_x[a::b]") == SLURM_GROUP, p.name
     # notebook 02's section 5 submits a job to the cluster that the test files started
