@@ -7,8 +7,9 @@ wrong, and leaves no process of the job on any node (no process with the job's S
     ends the job; run_batch names node2, Slurm's state for it and the rank that ran there. Then node2
     boots again (`revive-node`) and a job on both nodes runs: the cluster is left as it was found;
   * a MASTER_ADDR the nodes do not resolve (a site's master_addr_suffix, "node1i"): every rank says so;
-  * MASTER_PORT already taken on node1: srun form (rank 0 says so) and torchrun form (run_batch's
-    failure report translates torch's EADDRINUSE, naming the node);
+  * MASTER_PORT already taken on node1: srun form (rank 0 says so) and torchrun form (the launch
+    line's check on node 0 says so before torchrun starts); torch's own EADDRINUSE, from a torchrun
+    started without that check, is named by run_batch's failure report (a unit test on its text);
   * more CPUs per node than the nodes have: the job that can never start is cancelled, named;
   * a hostfile / -H list naming a host not in the job, or more slots than the job has there.
 The lab jobs are the scripts `render_job` gives a student, unchanged (held with `sbatch --hold` where
