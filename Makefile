@@ -15,7 +15,7 @@ PORT ?= 0
 # Empty: JupyterLab generates the token (once) and prints its own URL with it and the real port.
 TOKEN ?=
 PYTEST_ARGS ?=
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 ROOTFLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: setup setup-test lab test bench doctor clean-notebooks constraints gpu-check
@@ -50,9 +50,8 @@ else
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=course $(ROOTFLAG)
 endif
 
-# Three workers (pytest-xdist) on the 2 CPU cores: while one waits on a rank, a job or a timeout
-# the others compute; tests/conftest.py keeps each file, and everything that uses the local Slurm,
-# on one worker.
+# Two workers (pytest-xdist): one computes while the other waits on a rank, a job or a timeout;
+# tests/conftest.py keeps each file, and everything that uses the local Slurm, on one worker.
 # TEST_WORKERS=0 runs everything in this one process.
 test: setup-test
 	DLTUTOR_FAST=1 $(PY) -m pytest tests course/notebooks --nbval-lax \
