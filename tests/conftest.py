@@ -15,6 +15,11 @@ import pytest
 os.environ["DLTUTOR_FAST"] = "1"
 os.environ.setdefault("DLTUTOR_OFFLINE", "1")     # tests never fetch data from the web
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
+# Two pytest workers share two cores: a test's torch (a notebook kernel, a test, a job's rank) gets
+# one thread. Two threads on a core the other worker keeps busy spin in OpenMP's barriers:
+# tests/test_train.py::test_synthetic_data_is_learnable beside one busy core took 25.7 s with two
+# threads and 12.4 s with one (8.9 s alone with two). Launches set their ranks' own count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -175,6 +175,13 @@ def warm_servers_of(pid: int) -> list:
     return found
 
 
+def server_folders(servers) -> list:
+    """The folder of each warm server's socket (its last argument), with its server.log."""
+    found = [Path(p.cmdline()[-1]).parent for p in servers]
+    assert all(f.name.startswith("dltutor-warm-") and f.is_dir() for f in found), found
+    return found
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
@@ -192,6 +199,7 @@ def test_a_killed_kernel_takes_its_whole_launch_with_it(tmp_path, tag, how, back
             time.sleep(0.2)
         assert len(tagged(tag)) >= 3                      # the launcher and both ranks
         assert len(warm_servers_of(kernel.pid)) == (backend == "local")
+        folders = server_folders(warm_servers_of(kernel.pid))
         kernel.send_signal(how)
         kernel.wait(timeout=10)
         gone_by = time.time() + 10
@@ -199,6 +207,7 @@ def test_a_killed_kernel_takes_its_whole_launch_with_it(tmp_path, tag, how, back
             time.sleep(0.2)
         assert tagged(tag) == [], f"still running 10 s after the kernel died: {tagged(tag)}"
         assert warm_servers_of(kernel.pid) == [], "the warm start server outlived its kernel"
+        assert [f for f in folders if f.exists()] == [], "the warm server's folder was left in /tmp"
     finally:
         if kernel.poll() is None:
             kernel.kill()
@@ -221,11 +230,13 @@ def test_a_real_jupyter_kernel_killed_mid_launch_leaves_nothing(tmp_path, tag):
             time.sleep(0.2)
         kernel = km.provisioner.process.pid
         assert len(tagged(tag)) >= 3 and len(warm_servers_of(kernel)) == 1
+        folders = server_folders(warm_servers_of(kernel))
         os.kill(kernel, signal.SIGKILL)
         gone_by = time.time() + 15
         while (tagged(tag) or warm_servers_of(kernel)) and time.time() < gone_by:
             time.sleep(0.2)
         assert tagged(tag) == [] and warm_servers_of(kernel) == [], "left behind by the kernel"
+        assert [f for f in folders if f.exists()] == [], "the warm server's folder was left in /tmp"
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

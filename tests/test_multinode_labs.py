@@ -2,7 +2,8 @@
 
 Every job script is the one `dltutor.launch.sites.render_job("local", ...)` gives a student, submitted
 unchanged with sbatch: lab 02 on 2 nodes x 1 rank (the seed's shape) and 2 nodes x 2 ranks, each with
-its ranks started by srun and by one torchrun per node; lab 05's all-reduce bench on 2 nodes x 1 rank;
+its ranks started by srun and by one torchrun per node; lab 05's all-reduce bench on 2 nodes x 1 rank
+and 2 nodes x 2 ranks;
 and beside them the 1-node runs with the same ranks and the same global batch. The srun form of
 lab 02 on 2 x 1 goes through `launch(..., backend="slurm", nodes=2)`, as a notebook cell starts it.
 All jobs run once, at the same time (module fixture); the tests read their outputs: the host of every
@@ -36,6 +37,7 @@ JOBS = {"ddp_torchrun_2x1": (LAB02, 2, 1, "torchrun", DDP_ARGS),
         "ddp_1x2": (LAB02, 1, 2, "srun", DDP_ARGS),
         "ddp_1x4": (LAB02, 1, 4, "srun", DDP_ARGS),
         "bench_2x1": (LAB05, 2, 1, "srun", BENCH_ARGS),
+        "bench_2x2": (LAB05, 2, 2, "srun", BENCH_ARGS),
         "bench_1x2": (LAB05, 1, 2, "srun", BENCH_ARGS)}
 # each 2-node run of lab 02 and the 1-node run it must agree with
 PAIRS = {"ddp_launch_2x1": "ddp_1x2", "ddp_torchrun_2x1": "ddp_1x2",
@@ -138,6 +140,19 @@ def test_lab05_bench_across_nodes_beside_one_node(jobs):
         print(f"{r2['algorithm']:<19} {r2['bytes']:>8} B  2x1 {r2['time_s'] * 1e6:9.1f} us  "
               f"1x2 {r1['time_s'] * 1e6:9.1f} us")
     assert summary["alpha_s"] > 0 and reference["alpha_s"] > 0     # both ping-pongs were fitted
+
+
+def test_lab05_bench_on_two_nodes_of_two_ranks(jobs):
+    job, one = jobs["bench_2x2"], jobs["bench_1x2"]
+    [summary] = [m for m in job["metrics"] if "results" in m]
+    assert summary["hosts"] == ["node1", "node1", "node2", "node2"], summary["hosts"]
+    assert summary["shape"] == "2 node(s) x 2 rank(s)"
+    assert "ranks on hosts: node1 [0, 1], node2 [2, 3] (2 node(s) x 2 rank(s))" in job["output"]
+    assert summary["checks"] and all(summary["checks"].values()), summary["checks"]  # vs dist.all_reduce
+    [reference] = [m for m in one["metrics"] if "results" in m]
+    assert [(r["algorithm"], r["bytes"]) for r in summary["results"]] == [
+        (r["algorithm"], r["bytes"]) for r in reference["results"]]   # the same sweep, 4 ranks
+    assert summary["link"]["loopback"] and summary["link"]["nodes"] == 2, summary["link"]
 
 
 # ---------------------------------------------------------------- pieces, no job needed

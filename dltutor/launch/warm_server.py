@@ -217,10 +217,24 @@ def main(path: str) -> None:
         server.serve()
     finally:
         server.shutdown()
+        remove_folder(path)
+
+
+def remove_folder(path: str) -> None:
+    """The socket, an empty server.log and their folder: gone when the server ends, also when its
+    kernel was killed and never ran its own clean-up. A log with something in it is kept."""
+    folder = os.path.dirname(path)
+    log = os.path.join(folder, "server.log")
+    for name, keep in ((path, False), (log, os.path.exists(log) and os.path.getsize(log) > 0)):
         try:
-            os.unlink(path)
+            if not keep:
+                os.unlink(name)
         except OSError:
             pass
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":
