@@ -3,18 +3,17 @@
 Every job script is the one `dltutor.launch.sites.render_job("local", ...)` gives a student, submitted
 unchanged with sbatch: lab 02 on 2 nodes x 1 rank (the seed's shape) and 2 nodes x 2 ranks, each with
 its ranks started by srun and by one torchrun per node; lab 05's all-reduce bench on 2 nodes x 1 rank
-and 2 nodes x 2 ranks;
-and beside them the 1-node runs with the same ranks and the same global batch. The srun form of
-lab 02 on 2 x 1 goes through `launch(..., backend="slurm", nodes=2)`, as a notebook cell starts it.
-All jobs run once, at the same time (module fixture); the tests read their outputs: the host of every
-rank (as the job printed it), the label on img/s, and the 1-node answer (dltutor.ddp.multinode).
+and 2 nodes x 2 ranks; and beside them the 1-node runs with the same ranks and the same global batch.
+The srun form of lab 02 on 2 x 1 goes through `launch(..., backend="slurm", nodes=2)`, as a notebook
+cell starts it. All jobs run once, a few at a time (module fixture, tests/slurm_jobs.py); the tests
+read their outputs: the host of every rank (as the job printed it), the label on img/s, and the
+1-node answer (dltutor.ddp.multinode).
 """
-import re
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import slurm_jobs
 
 from dltutor.allreduce.sweep import node_link
 from dltutor.core.hosts import hosts_line
@@ -28,7 +27,7 @@ LAB05 = ROOT / "course/labs/05_allreduce/allreduce_bench.py"
 DDP_ARGS = ["--tiny", "--steps", "8"]      # 8 steps on 2 and on 4 ranks
 BENCH_ARGS = ["--tiny"]
 NODES = ("node1", "node2")                 # the test cluster's nodes (scripts/slurm_local.sh)
-JOB_TIMEOUT = 600                          # s for all jobs together on a busy 2-core machine
+JOB_TIMEOUT = 900                          # s for all jobs together on a busy 2-core machine
 
 # name: (script, nodes, tasks per node, launcher, args)
 JOBS = {"ddp_torchrun_2x1": (LAB02, 2, 1, "torchrun", DDP_ARGS),
@@ -44,51 +43,23 @@ PAIRS = {"ddp_launch_2x1": "ddp_1x2", "ddp_torchrun_2x1": "ddp_1x2",
          "ddp_srun_2x2": "ddp_1x4", "ddp_torchrun_2x2": "ddp_1x4"}
 
 
-def _submit_all(workdir: Path) -> dict:
-    submitted = {}
-    for name, (script, nodes, tpn, launcher, args) in JOBS.items():
-        text = sites.render_job("local", script, nodes=nodes, tasks_per_node=tpn, launcher=launcher,
-                                args=args, output="%x-%j.out", job_name=name)
-        submitted[name] = slurm.submit(text, workdir, name)
-    return submitted
-
-
-def _run_time(job_id) -> str:
-    """The job's RunTime as Slurm recorded it (start to end on the nodes)."""
-    r = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True,
-                       text=True, timeout=30)
-    return dict(re.findall(r"(\w+)=(\S*)", r.stdout)).get("RunTime", "?")
-
-
-def _collect(workdir: Path, submitted: dict, deadline: float) -> dict:
-    jobs = {}
-    for name, job_id in submitted.items():
-        state, code = slurm.poll(job_id, timeout=max(1.0, deadline - time.monotonic()))
-        output = (workdir / f"{name}-{job_id}.out").read_text(errors="replace")
-        jobs[name] = dict(job_id=job_id, state=f"{state} {code}", output=output,
-                          took=f"RunTime {_run_time(job_id)}", metrics=slurm.parse_metrics(output))
-    return jobs
-
-
 @pytest.fixture(scope="module")
 def jobs(slurm_cluster, tmp_path_factory):
-    """Every job of JOBS submitted at once, then lab 02 on 2 x 1 through launch(); all outputs."""
+    """Lab 02 on 2 x 1 through launch(), then every job of JOBS (a few at a time); all outputs."""
     workdir = tmp_path_factory.mktemp("multinode")
-    deadline = time.monotonic() + JOB_TIMEOUT
-    submitted = {}
-    try:
-        submitted = _submit_all(workdir)
-        t0 = time.monotonic()
-        res = run.launch(LAB02, nproc=2, backend="slurm", nodes=2, args=DDP_ARGS, echo=False,
-                         timeout=JOB_TIMEOUT, log_dir=workdir / "launch")
-        launched = dict(job_id=None, state="COMPLETED 0:0" if res.returncode == 0 else
-                        f"exit {res.returncode}", metrics=res.metrics,
-                        took=f"{time.monotonic() - t0:.1f} s from the cell",
-                        output="\n".join(Path(p).read_text() for p in res.logs.values()))
-        found = _collect(workdir, submitted, deadline)
-    finally:   # a failed or timed-out fixture leaves no job behind
-        for job_id in submitted.values():
-            slurm.cancel(job_id)
+    t0 = time.monotonic()
+    res = run.launch(LAB02, nproc=2, backend="slurm", nodes=2, args=DDP_ARGS, echo=False,
+                     timeout=JOB_TIMEOUT, log_dir=workdir / "launch")
+    launched = dict(job_id=None, state="COMPLETED 0:0" if res.returncode == 0 else
+                    f"exit {res.returncode}", metrics=res.metrics,
+                    took=f"{time.monotonic() - t0:.1f} s from the cell",
+                    output="\n".join(Path(p).read_text() for p in res.logs.values()))
+    scripts = {name: sites.render_job("local", script, nodes=nodes, tasks_per_node=tpn,
+                                      launcher=launcher, args=args, output="%x-%j.out",
+                                      job_name=name)
+               for name, (script, nodes, tpn, launcher, args) in JOBS.items()}
+    found = {name: dict(job, state=f"{job['state']} {job['code']}", took=f"RunTime {job['run_time']}")
+             for name, job in slurm_jobs.run_all(scripts, workdir, JOB_TIMEOUT).items()}
     found["ddp_launch_2x1"] = launched
     for name, job in found.items():   # the figures the report quotes (pytest -s shows them)
         m = job["metrics"][0] if job["metrics"] else {}
@@ -139,7 +110,10 @@ def test_lab05_bench_across_nodes_beside_one_node(jobs):
     for r2, r1 in zip(summary["results"], reference["results"]):   # side by side (pytest -s)
         print(f"{r2['algorithm']:<19} {r2['bytes']:>8} B  2x1 {r2['time_s'] * 1e6:9.1f} us  "
               f"1x2 {r1['time_s'] * 1e6:9.1f} us")
-    assert summary["alpha_s"] > 0 and reference["alpha_s"] > 0     # both ping-pongs were fitted
+    for s in (summary, reference):   # both ping-pongs ran and were fitted; on a busy machine the
+        # small sizes' times can hide the latency, and the fit then keeps alpha at 0 (cost.py)
+        alpha, beta = s["alpha_s"], s["beta_s_per_byte"]
+        assert len(s["pingpong"]) == 3 and alpha >= 0 and beta >= 0 and alpha + beta > 0, s
 
 
 def test_lab05_bench_on_two_nodes_of_two_ranks(jobs):

@@ -1,0 +1,74 @@
+"""Batches of job scripts for the multi-node tests: submitted a few at a time, each read back once.
+
+All jobs at once would start some twenty ranks on the 2 cores beside the other pytest workers;
+they all finish, but slower in sum than a few at a time (the engines' nine jobs, alone on the
+machine: 185 s all at once, 166 s one after another).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from dltutor.launch import slurm
+
+IN_FLIGHT = 3   # jobs running at once
+
+
+def run_time(job_id) -> str:
+    """Slurm's own RunTime of the job (h:mm:ss, start to end on the nodes), while scontrol knows it."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True,
+                         text=True, timeout=30).stdout
+    m = re.search(r"RunTime=(\S+)", out)
+    return m.group(1) if m else "?"
+
+
+@contextlib.contextmanager
+def exported(env: dict):
+    """`env` in this process's environment (sbatch passes it on to the job) while inside."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_all(scripts: dict, workdir: Path, timeout: float, env: dict | None = None,
+            in_flight: int = IN_FLIGHT) -> dict:
+    """Submit each {name: job script} (at most `in_flight` running), wait for all; per name a dict
+    of job_id, state, code, output, metrics, run_time, script. `env`: {name: {VAR: value}} exported
+    for that job's sbatch. A job still running after `timeout` s fails the test; none is left."""
+    env, waiting, running, done = env or {}, list(scripts), {}, {}
+    deadline = time.monotonic() + timeout
+    try:
+        while waiting or running:
+            while waiting and len(running) < in_flight:
+                name = waiting.pop(0)
+                with exported(env.get(name, {})):
+                    running[name] = slurm.submit(scripts[name], workdir, name)
+            for name, job_id in list(running.items()):
+                state, code = slurm.job_state(job_id)
+                if state in slurm.TERMINAL:
+                    output = (workdir / f"{name}-{job_id}.out").read_text(errors="replace")
+                    done[name] = dict(job_id=job_id, state=state, code=code, output=output,
+                                      metrics=slurm.parse_metrics(output), run_time=run_time(job_id),
+                                      script=scripts[name])
+                    del running[name]
+            if running and time.monotonic() > deadline:
+                pytest.fail(f"jobs still running after {timeout} s: {sorted(running)} "
+                            f"(not started: {waiting})", pytrace=False)
+            time.sleep(0.5)
+    finally:
+        for job_id in running.values():
+            slurm.cancel(job_id)
+    return done
