@@ -1,7 +1,7 @@
 """Horovod (lab 03) and DeepSpeed (lab 04) across the two nodes of the test Slurm (`slurm_cluster`).
 
 Every job script is the one a student gets from `render_job("local", ...)`, submitted unchanged.
-The jobs run a few at a time (module fixture, tests/slurm_jobs.py) and are read back once; each test checks one of them:
+The jobs run at the same time (module fixture, tests/slurm_jobs.py) and are read back once; each test checks one of them:
 
   lab 03  horovodrun, 2 nodes x 1 rank   vs  horovodrun, 1 node x 2 ranks (the same 2 ranks)
   lab 03  horovodrun, 2 nodes x 2 ranks  vs  horovodrun, 1 node x 4 ranks
@@ -53,7 +53,7 @@ JOB_ENV = {"hv_2x2": NO_FUSION, "hv_1x4": NO_FUSION}
 
 @pytest.fixture(scope="module")
 def jobs(slurm_cluster, tmp_path_factory):
-    """Every job of JOBS, a few at a time (tests/slurm_jobs.py); {name: dict(state, code, output,
+    """Every job of JOBS, all at once (tests/slurm_jobs.py); {name: dict(state, code, output,
     metrics, ...)}."""
     workdir = tmp_path_factory.mktemp("multinode")
     scripts = {name: sites.render_job("local", lab, nodes=nodes, tasks_per_node=tpn,

@@ -5,7 +5,7 @@ unchanged with sbatch: lab 02 on 2 nodes x 1 rank (the seed's shape) and 2 nodes
 its ranks started by srun and by one torchrun per node; lab 05's all-reduce bench on 2 nodes x 1 rank
 and 2 nodes x 2 ranks; and beside them the 1-node runs with the same ranks and the same global batch.
 The srun form of lab 02 on 2 x 1 goes through `launch(..., backend="slurm", nodes=2)`, as a notebook
-cell starts it. All jobs run once, a few at a time (module fixture, tests/slurm_jobs.py); the tests
+cell starts it. All jobs run once, at the same time (module fixture, tests/slurm_jobs.py); the tests
 read their outputs: the host of every rank (as the job printed it), the label on img/s, and the
 1-node answer (dltutor.ddp.multinode).
 """
@@ -45,7 +45,7 @@ PAIRS = {"ddp_launch_2x1": "ddp_1x2", "ddp_torchrun_2x1": "ddp_1x2",
 
 @pytest.fixture(scope="module")
 def jobs(slurm_cluster, tmp_path_factory):
-    """Lab 02 on 2 x 1 through launch(), then every job of JOBS (a few at a time); all outputs."""
+    """Lab 02 on 2 x 1 through launch(), then every job of JOBS (all at once); all outputs."""
     workdir = tmp_path_factory.mktemp("multinode")
     t0 = time.monotonic()
     res = run.launch(LAB02, nproc=2, backend="slurm", nodes=2, args=DDP_ARGS, echo=False,

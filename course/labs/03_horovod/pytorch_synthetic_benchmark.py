@@ -18,7 +18,9 @@ tasks_per_node=K, launcher="horovodrun")) gives runs horovodrun on the first nod
 (course/labs/slurm/launchers.toml says how it tells local from remote hosts and why the script
 names the network interface). On the course's test
 cluster, 2 nodes x 1 rank prints "ranks on hosts: node1 [0], node2 [1]" and gives the losses of
-1 node x 2 ranks (tests/test_multinode_engines.py).
+1 node x 2 ranks (tests/test_multinode_engines.py); 2 nodes x 2 ranks gives 1 node x 4 ranks'
+losses bit for bit with HOROVOD_FUSION_THRESHOLD=0 exported (with fusion, the order of each
+4-rank sum changes from run to run and the losses drift apart).
 srun works only for a Horovod built with MPI (it reads its ranks from MPI; Slurm's PMI must match
 that MPI). The course's Horovod 0.28.1 is built with Gloo alone: Gloo finds its peers only through
 horovodrun's rendezvous server and HOROVOD_* variables, which srun does not provide, so every srun
