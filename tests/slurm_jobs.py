@@ -1,9 +1,9 @@
 """Batches of job scripts for the multi-node tests: submitted together, each read back once.
 
-`in_flight` can hold back all but a few. In `make test` that was slower: the Slurm tests' worker
-is the longest of the two, and its jobs then got less of the 2 cores beside the other worker
-(engines' jobs, all at once: 179 s of fixture in a full run; three at a time: 225 s). Alone on
-the machine the two differ little (185 s all at once, 180 s three at a time).
+All at once, not a few at a time: in `make test` the Slurm tests' worker is the longer of the two,
+and three jobs at a time gave its jobs less of the 2 cores beside the other worker (the engines'
+fixture in a full run: 179 s all at once, 225 s three at a time; alone on the machine 185 s and
+180 s).
 """
 from __future__ import annotations
 
@@ -43,20 +43,17 @@ def exported(env: dict):
                 os.environ[k] = v
 
 
-def run_all(scripts: dict, workdir: Path, timeout: float, env: dict | None = None,
-            in_flight: int | None = None) -> dict:
-    """Submit each {name: job script} (at most `in_flight` running; None: all), wait for all;
-    per name a dict of job_id, state, code, output, metrics, run_time, script. `env`: {name: {VAR: value}} exported
-    for that job's sbatch. A job still running after `timeout` s fails the test; none is left."""
-    env, waiting, running, done = env or {}, list(scripts), {}, {}
-    in_flight = in_flight or len(scripts)
+def run_all(scripts: dict, workdir: Path, timeout: float, env: dict | None = None) -> dict:
+    """Submit every {name: job script} at once, wait for all; per name a dict of job_id, state,
+    code, output, metrics, run_time, script. `env`: {name: {VAR: value}} exported for that job's
+    sbatch. A job still running after `timeout` s fails the test; none is left."""
+    env, running, done = env or {}, {}, {}
     deadline = time.monotonic() + timeout
     try:
-        while waiting or running:
-            while waiting and len(running) < in_flight:
-                name = waiting.pop(0)
-                with exported(env.get(name, {})):
-                    running[name] = slurm.submit(scripts[name], workdir, name)
+        for name, text in scripts.items():
+            with exported(env.get(name, {})):
+                running[name] = slurm.submit(text, workdir, name)
+        while running:
             for name, job_id in list(running.items()):
                 state, code = slurm.job_state(job_id)
                 if state in slurm.TERMINAL:
@@ -66,8 +63,7 @@ def run_all(scripts: dict, workdir: Path, timeout: float, env: dict | None = Non
                                       script=scripts[name])
                     del running[name]
             if running and time.monotonic() > deadline:
-                pytest.fail(f"jobs still running after {timeout} s: {sorted(running)} "
-                            f"(not started: {waiting})", pytrace=False)
+                pytest.fail(f"jobs still running after {timeout} s: {sorted(running)}", pytrace=False)
             time.sleep(0.5)
     finally:
         for job_id in running.values():
