@@ -39,19 +39,32 @@ case "${DLTUTOR_HOROVOD_NCCL:-auto}" in    # checked first: a wrong switch costs
 esac
 [ -x "$PY" ] || command -v "$PY" >/dev/null || die "no python at '$PY'"
 PY=$(command -v "$PY" 2>/dev/null || echo "$PY")
-"$PY" -c 'import torch' 2>/dev/null || die "$PY cannot import torch; install torch first"
-
+# One probe (torch imported once: seconds on 2 cores): torch's version, the Python tag, whether torch
+# sees a GPU, and the Horovod version that imports with this torch ('-': none). A Horovod that cannot
+# load (or kills the probe) makes the first probe fail; the second leaves Horovod out.
+probe() {
+    "$PY" - "$1" 2>/dev/null <<'PROBE'
+import sys
+import torch
+gpu = int(bool(torch.version.cuda) and torch.cuda.device_count() > 0)
+hvd = "-"
+if sys.argv[1] == "horovod":
+    import horovod.torch  # noqa: F401  (raises, or kills this probe, when the build does not fit)
+    from importlib.metadata import version
+    hvd = version("horovod")
+print(torch.__version__, f"cp{sys.version_info[0]}{sys.version_info[1]}", gpu, hvd)
+PROBE
+}
+FOUND=$(probe horovod || probe none) || die "$PY cannot import torch; install torch first"
 # What decides binary compatibility: torch version, Python tag, CPU vs GPU ops.
-TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)
-PYTAG=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+read -r TORCH_VERSION PYTAG TORCH_SEES_GPU HVD_IMPORTS <<< "$FOUND"
 # NCCL or not: an explicit HOROVOD_GPU_OPERATIONS wins, else DLTUTOR_HOROVOD_NCCL (1 / 0 / auto).
 if [ -z "${HOROVOD_GPU_OPERATIONS:-}" ]; then
     case "${DLTUTOR_HOROVOD_NCCL:-auto}" in
         1|yes|true) export HOROVOD_GPU_OPERATIONS=NCCL; say "DLTUTOR_HOROVOD_NCCL=1: NCCL build" ;;
         0|no|false) say "DLTUTOR_HOROVOD_NCCL=0: CPU/Gloo build" ;;
         auto)
-            if command -v nvcc >/dev/null && "$PY" -c 'import sys, torch
-sys.exit(0 if torch.version.cuda and torch.cuda.device_count() > 0 else 1)' 2>/dev/null; then
+            if command -v nvcc >/dev/null && [ "$TORCH_SEES_GPU" = 1 ]; then
                 export HOROVOD_GPU_OPERATIONS=NCCL
                 say "auto: nvcc and a GPU found: NCCL build (DLTUTOR_HOROVOD_NCCL=0 for Gloo only)"
             else
@@ -91,10 +104,8 @@ print("[build_horovod] horovod", __import__("horovod").__version__,
 EOF
 }
 
-installed=$("$PY" -c 'from importlib.metadata import version; print(version("horovod"))' 2>/dev/null || true)
-if [ "$installed" = "$HVD_VERSION+$LOCAL" ] && [ "${DLTUTOR_HOROVOD_REBUILD:-0}" != 1 ] \
-        && "$PY" -c 'import horovod.torch' 2>/dev/null; then
-    say "horovod $installed already installed, nothing to do"
+if [ "$HVD_IMPORTS" = "$HVD_VERSION+$LOCAL" ] && [ "${DLTUTOR_HOROVOD_REBUILD:-0}" != 1 ]; then
+    say "horovod $HVD_IMPORTS already installed (it imports with this torch), nothing to do"
     exit 0
 fi
 

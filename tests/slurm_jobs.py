@@ -1,4 +1,5 @@
-"""Batches of job scripts for the multi-node tests: submitted together, each read back once.
+"""Batches of job scripts for the multi-node tests: submitted together, each read back once; and
+the 1-node runs they are compared with, started on this machine while the jobs run.
 
 All at once, not a few at a time: in `make test` the Slurm tests' worker is the longer of the two,
 and three jobs at a time gave its jobs less of the 2 cores beside the other worker (the engines'
@@ -16,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dltutor.launch import slurm
-
+from dltutor.launch import run, slurm
 
 
 def run_time(job_id) -> str:
@@ -43,16 +43,34 @@ def exported(env: dict):
                 os.environ[k] = v
 
 
-def run_all(scripts: dict, workdir: Path, timeout: float, env: dict | None = None) -> dict:
+def on_this_machine(script, nproc: int, args, log_dir: Path, timeout: float) -> dict:
+    """A 1-node reference: the same lab, ranks and arguments on this machine, started as a notebook
+    cell starts them (`launch()`, the warm start: the ranks are forked from a process that has
+    torch imported, so none pays the import; tests/test_warm.py checks that they compute what
+    torchrun's ranks compute, bit for bit). One thread per rank, as each Slurm task here has.
+    The keys of run_all's jobs (job_id None)."""
+    t0 = time.monotonic()
+    res = run.launch(script, nproc=nproc, args=list(args), backend="local", threads=1,
+                     oversubscribe=True, echo=False, timeout=timeout, log_dir=log_dir)
+    output = "\n".join(Path(p).read_text(errors="replace") for p in res.logs.values())
+    return dict(job_id=None, state="COMPLETED", code="0:0", output=output, metrics=res.metrics,
+                run_time=f"{time.monotonic() - t0:.1f} s from launch() (warm start)", script=None)
+
+
+def run_all(scripts: dict, workdir: Path, timeout: float, env: dict | None = None,
+            meanwhile=None) -> dict:
     """Submit every {name: job script} at once, wait for all; per name a dict of job_id, state,
     code, output, metrics, run_time, script. `env`: {name: {VAR: value}} exported for that job's
-    sbatch. A job still running after `timeout` s fails the test; none is left."""
+    sbatch. `meanwhile()`, called once the jobs are queued, returns more {name: dict} (the 1-node
+    runs, on_this_machine). A job still running after `timeout` s fails the test; none is left."""
     env, running, done = env or {}, {}, {}
     deadline = time.monotonic() + timeout
     try:
         for name, text in scripts.items():
             with exported(env.get(name, {})):
                 running[name] = slurm.submit(text, workdir, name)
+        if meanwhile is not None:
+            done.update(meanwhile())
         while running:
             for name, job_id in list(running.items()):
                 state, code = slurm.job_state(job_id)

@@ -1,9 +1,6 @@
 """dltutor.allreduce.ring / cost / collectives: the step model, the α-β fit, the real ring on gloo."""
 from __future__ import annotations
 
-import json
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -164,27 +161,24 @@ def test_bandwidths_and_models():
 
 
 # ---------------------------------------------------------------- real collectives on gloo
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun(script, nproc, *args, timeout=240):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(script), *args]
-    env = dict(os.environ, DLTUTOR_DIST_TIMEOUT="120")
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
-    assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    lines = [json.loads(line.split("DLTUTOR_METRICS ", 1)[1])
-             for line in p.stdout.splitlines() if "DLTUTOR_METRICS " in line]
-    return sorted(lines, key=lambda m: m["rank"]), p.stdout
+def launched(script, nproc, tmp_path, *args, timeout=240):
+    """(metrics by rank, every rank's output): `nproc` ranks forked from the warm start, as a notebook
+    cell's launch() starts them (none pays the torch import). What these tests check is the
+    collectives, not the launcher: test_launch_forms runs the labs under torchrun, and
+    test_warm.py checks that warm ranks compute what torchrun's do."""
+    from dltutor.launch.run import launch
+    res = launch(script, nproc=nproc, args=list(args), backend="local", threads=1, oversubscribe=True,
+                 echo=False, timeout=timeout, env={"DLTUTOR_DIST_TIMEOUT": "120"},
+                 log_dir=tmp_path / "launch")
+    assert res.returncode == 0, res.returncode
+    out = "\n".join(Path(res.logs[rank]).read_text() for rank in sorted(res.logs))
+    return sorted(res.metrics, key=lambda m: m["rank"]), out
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 3, 4])
-def test_point_to_point_allreduce_equals_dist_all_reduce(nproc):
-    metrics, _ = torchrun(WORKER, nproc)
+def test_point_to_point_allreduce_equals_dist_all_reduce(nproc, tmp_path):
+    metrics, _ = launched(WORKER, nproc, tmp_path)
     assert [m["rank"] for m in metrics] == list(range(nproc))
     for m in metrics:
         assert m["failures"] == [], m["failures"]
@@ -195,8 +189,8 @@ def test_point_to_point_allreduce_equals_dist_all_reduce(nproc):
 
 
 @pytest.mark.slow
-def test_lab_tiny_on_two_ranks_prints_parsable_summary():
-    metrics, out = torchrun(LAB, 2, "--tiny")
+def test_lab_tiny_on_two_ranks_prints_parsable_summary(tmp_path):
+    metrics, out = launched(LAB, 2, tmp_path, "--tiny")
     assert len(metrics) == 1 and metrics[0]["rank"] == 0 and metrics[0]["world_size"] == 2
     s = metrics[0]
     assert s["checks"] == {"ring": True, "reduce_bcast": True, "recursive_doubling": True, "gloo": True}
@@ -210,11 +204,11 @@ def test_lab_tiny_on_two_ranks_prints_parsable_summary():
 
 
 @pytest.mark.slow
-def test_hierarchical_allreduce_on_four_ranks_as_two_nodes():
+def test_hierarchical_allreduce_on_four_ranks_as_two_nodes(tmp_path):
     """4 gloo ranks as 2 "nodes" x 2: the groups are {0,1},{2,3} inside and {0,2},{1,3} across, and
     the 2-D all-reduce equals dist.all_reduce (int64 exactly, float32 allclose; the lab exits 1
     on a mismatch)."""
-    metrics, out = torchrun(HIER_LAB, 4, "--tiny", "--per-node", "2")
+    metrics, out = launched(HIER_LAB, 4, tmp_path, "--tiny", "--per-node", "2")
     assert [m["rank"] for m in metrics] == [0, 1, 2, 3]
     assert [m["groups"] for m in metrics] == [
         {"intra": [0, 1], "inter": [0, 2]}, {"intra": [0, 1], "inter": [1, 3]},

@@ -173,12 +173,37 @@ def needs(form: Form) -> str | None:
     return None
 
 
+def _shared_folder(tmp_path: Path) -> Path:
+    """A folder of this test run that both pytest workers see (`pytest-N/`, above `popen-gwX/`),
+    named by the run's id: what one worker stores there, the other reads instead of computing."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")
+    base = tmp_path.parents[1] if os.environ.get("PYTEST_XDIST_WORKER") else tmp_path.parent
+    return base / f"lab-help-{run_id}"
+
+
 @lru_cache(maxsize=None)
-def lab_help(script: Path) -> str:
+def lab_help(script: Path, shared: Path | None = None) -> str:
+    """`python <lab> --help`: run once per test run (each run imports torch: seconds), kept in
+    `shared` (see _shared_folder) for the other worker."""
+    from filelock import FileLock
+    if shared is not None:
+        shared.mkdir(parents=True, exist_ok=True)
+        kept = shared / (str(script.relative_to(ROOT)).replace("/", "__") + ".txt")
+        with FileLock(str(kept) + ".lock", timeout=300):
+            if not kept.exists():
+                kept.write_text(lab_help(script))
+            return kept.read_text()
     out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
                          timeout=120, cwd=script.parent)
     assert out.returncode == 0, f"{script} --help failed:\n{out.stderr[-2000:]}"
     return out.stdout
+
+
+def test_help_shared_between_workers_is_the_labs_own(tmp_path):
+    script = LABS / "02_ddp" / "train.py"
+    shared = _shared_folder(tmp_path)
+    assert lab_help(script, shared) == lab_help(script)
+    assert "--tiny" in lab_help(script) and "usage:" in lab_help(script)
 
 
 def test_the_forms_are_found():
@@ -188,14 +213,14 @@ def test_the_forms_are_found():
 
 
 @pytest.mark.parametrize("form", [f for f in FORMS if needs(f)], ids=str)
-def test_form_that_needs_more_is_well_formed(form):
+def test_form_that_needs_more_is_well_formed(form, tmp_path):
     reason = needs(form)
     assert not reason.startswith("unknown launcher"), f"{form}: {reason}"
     script = script_of(form)
     if script is None or form.argv[0] in ("make", "conda", "export"):
         return
     assert script.is_file(), f"{form}: no such script {script}"
-    options = lab_help(script).split("\noptions:\n", 1)[-1]   # not the docstring's forms
+    options = lab_help(script, _shared_folder(tmp_path)).split("\noptions:\n", 1)[-1]  # not the docstring's forms
     known = set(re.findall(r"(--?[A-Za-z][\w-]*)", options))
     after = form.argv[[i for i, w in enumerate(form.argv) if w.endswith(".py")][0] + 1:] \
         if any(w.endswith(".py") for w in form.argv) else []
@@ -211,10 +236,10 @@ def course_copy(tmp_path_factory):
     return dest
 
 
-def _runnable_argv(form: Form) -> list[str]:
+def _runnable_argv(form: Form, shared: Path | None = None) -> list[str]:
     argv = list(form.argv)
     script = script_of(form)
-    if script is not None and "--tiny" in lab_help(script) and "--tiny" not in " ".join(argv):
+    if script is not None and "--tiny" in lab_help(script, shared) and "--tiny" not in " ".join(argv):
         if argv[0] == "sbatch":
             i = argv.index("--wrap") + 1
             argv[i] += " --tiny"
@@ -301,7 +326,7 @@ def run_form(forms: list[Form], course_copy: Path, tmp_path: Path) -> None:
     it must succeed and, for a lab, report its metrics. Every place in `forms` is named on failure."""
     form = forms[0]
     cwd = course_copy / form.cwd.relative_to(ROOT / "course") if form.cwd != ROOT else course_copy.parent
-    argv = _runnable_argv(form)
+    argv = _runnable_argv(form, _shared_folder(tmp_path))
     if argv[0] == "sbatch":   # submitted, then polled every 0.5 s (`sbatch --wait` sleeps 2, 8, 32 s)
         argv[1:1] = ["--parsable", f"--output={tmp_path / 'job.out'}", "--time=00:05:00"]
     env = {**os.environ, **form.env, "DLTUTOR_OFFLINE": "1", "JUPYTER_DATA_DIR": str(tmp_path),

@@ -3,7 +3,8 @@
 Every job script is the one `dltutor.launch.sites.render_job("local", ...)` gives a student, submitted
 unchanged with sbatch: lab 02 on 2 nodes x 1 rank (the seed's shape) and 2 nodes x 2 ranks, each with
 its ranks started by srun and by one torchrun per node; lab 05's all-reduce bench on 2 nodes x 1 rank
-and 2 nodes x 2 ranks; and beside them the 1-node runs with the same ranks and the same global batch.
+and 2 nodes x 2 ranks; and beside them the 1-node runs with the same ranks and the same global batch
+(on this machine, through launch(): tests/slurm_jobs.py on_this_machine).
 The srun form of lab 02 on 2 x 1 goes through `launch(..., backend="slurm", nodes=2)`, as a notebook
 cell starts it. All jobs run once, at the same time (module fixture, tests/slurm_jobs.py); the tests
 read their outputs: the host of every rank (as the job printed it), the label on img/s, and the
@@ -33,11 +34,11 @@ JOB_TIMEOUT = 900                          # s for all jobs together on a busy 2
 JOBS = {"ddp_torchrun_2x1": (LAB02, 2, 1, "torchrun", DDP_ARGS),
         "ddp_srun_2x2": (LAB02, 2, 2, "srun", DDP_ARGS),
         "ddp_torchrun_2x2": (LAB02, 2, 2, "torchrun", DDP_ARGS),
-        "ddp_1x2": (LAB02, 1, 2, "srun", DDP_ARGS),
-        "ddp_1x4": (LAB02, 1, 4, "srun", DDP_ARGS),
         "bench_2x1": (LAB05, 2, 1, "srun", BENCH_ARGS),
-        "bench_2x2": (LAB05, 2, 2, "srun", BENCH_ARGS),
-        "bench_1x2": (LAB05, 1, 2, "srun", BENCH_ARGS)}
+        "bench_2x2": (LAB05, 2, 2, "srun", BENCH_ARGS)}
+# the 1-node runs, on this machine while the jobs run: name: (script, ranks, args)
+ONE_NODE = {"ddp_1x2": (LAB02, 2, DDP_ARGS), "ddp_1x4": (LAB02, 4, DDP_ARGS),
+            "bench_1x2": (LAB05, 2, BENCH_ARGS)}
 # each 2-node run of lab 02 and the 1-node run it must agree with
 PAIRS = {"ddp_launch_2x1": "ddp_1x2", "ddp_torchrun_2x1": "ddp_1x2",
          "ddp_srun_2x2": "ddp_1x4", "ddp_torchrun_2x2": "ddp_1x4"}
@@ -58,8 +59,14 @@ def jobs(slurm_cluster, tmp_path_factory):
                                       launcher=launcher, args=args, output="%x-%j.out",
                                       job_name=name)
                for name, (script, nodes, tpn, launcher, args) in JOBS.items()}
-    found = {name: dict(job, state=f"{job['state']} {job['code']}", took=f"RunTime {job['run_time']}")
-             for name, job in slurm_jobs.run_all(scripts, workdir, JOB_TIMEOUT).items()}
+    def one_node():
+        return {name: slurm_jobs.on_this_machine(script, ranks, args, workdir / name, JOB_TIMEOUT)
+                for name, (script, ranks, args) in ONE_NODE.items()}
+
+    found = {name: dict(job, state=f"{job['state']} {job['code']}",
+                        took=f"RunTime {job['run_time']}" if job["job_id"] else job["run_time"])
+             for name, job in slurm_jobs.run_all(scripts, workdir, JOB_TIMEOUT,
+                                                 meanwhile=one_node).items()}
     found["ddp_launch_2x1"] = launched
     for name, job in found.items():   # the figures the report quotes (pytest -s shows them)
         m = job["metrics"][0] if job["metrics"] else {}
