@@ -95,6 +95,8 @@ def _assert_same_losses(job, baseline, ranks):
     assert sorted(got) == sorted(want) == list(range(ranks)), (got, want)
     for rank in got:
         assert got[rank] == pytest.approx(want[rank], rel=RTOL), (rank, got[rank], want[rank])
+    print(f"rank 0's losses: {[round(x, 7) for x in got[0]]} (2 nodes); "
+          f"{[round(x, 7) for x in want[0]]} (1 node)")
 
 
 def _assert_on_two_nodes(job, per_node):

@@ -33,3 +33,22 @@ def test_every_other_file_is_a_unit_of_its_own():
 def test_the_makefile_runs_the_suite_on_workers_by_file():
     recipe = (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
     assert "-n $(TEST_WORKERS) --dist loadfile" in recipe
+
+
+def test_the_longest_units_are_handed_out_first_in_the_listed_order():
+    from types import SimpleNamespace
+
+    from conftest import LONGEST_FIRST, pytest_collection_modifyitems, pytest_xdist_make_scheduler
+    assert LONGEST_FIRST[0] == SLURM_GROUP
+    assert all((ROOT / unit).is_file() for unit in LONGEST_FIRST[1:]), LONGEST_FIRST
+    ids = ["tests/test_tables.py::test_a", "tests/test_browser.py::test_b",
+           "course/notebooks/03_horovod_synthetic_resnet50.ipynb::Cell 0", "tests/test_slurm.py::t",
+           "tests/test_tables.py::test_c", "course/notebooks/03_horovod_synthetic_resnet50.ipynb::Cell 1"]
+    items = [SimpleNamespace(nodeid=i) for i in ids]
+    pytest_collection_modifyitems(None, items)
+    assert [i.nodeid for i in items] == [ids[3], ids[2], ids[5], ids[1], ids[0], ids[4]]
+    # and xdist hands the units out in that order, not sorted by their number of tests
+    option = SimpleNamespace(loadscopereorder=True, dist="loadfile", tx=["popen"] * 2, numprocesses=0)
+    config = SimpleNamespace(option=option, getvalue=lambda name: getattr(option, name))
+    scheduler = pytest_xdist_make_scheduler(config, log=None)
+    assert option.loadscopereorder is False and scheduler._split_scope(ids[3]) == SLURM_GROUP
