@@ -43,15 +43,15 @@ def exported(env: dict):
                 os.environ[k] = v
 
 
-def on_this_machine(script, nproc: int, args, log_dir: Path, timeout: float) -> dict:
+def on_this_machine(script, nproc: int, args, log_dir: Path, timeout: float, env=None) -> dict:
     """A 1-node reference: the same lab, ranks and arguments on this machine, started as a notebook
     cell starts them (`launch()`, the warm start: the ranks are forked from a process that has
     torch imported, so none pays the import; tests/test_warm.py checks that they compute what
     torchrun's ranks compute, bit for bit). One thread per rank, as each Slurm task here has.
-    The keys of run_all's jobs (job_id None)."""
+    `env` adds variables for the ranks. The keys of run_all's jobs (job_id None)."""
     t0 = time.monotonic()
     res = run.launch(script, nproc=nproc, args=list(args), backend="local", threads=1,
-                     oversubscribe=True, echo=False, timeout=timeout, log_dir=log_dir)
+                     oversubscribe=True, echo=False, timeout=timeout, log_dir=log_dir, env=env)
     output = "\n".join(Path(p).read_text(errors="replace") for p in res.logs.values())
     return dict(job_id=None, state="COMPLETED", code="0:0", output=output, metrics=res.metrics,
                 run_time=f"{time.monotonic() - t0:.1f} s from launch() (warm start)", script=None)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import slurm_jobs
 
 from dltutor.allreduce import cost as cm
 from dltutor.allreduce import ring as rm
@@ -162,17 +163,12 @@ def test_bandwidths_and_models():
 
 # ---------------------------------------------------------------- real collectives on gloo
 def launched(script, nproc, tmp_path, *args, timeout=240):
-    """(metrics by rank, every rank's output): `nproc` ranks forked from the warm start, as a notebook
-    cell's launch() starts them (none pays the torch import). What these tests check is the
-    collectives, not the launcher: test_launch_forms runs the labs under torchrun, and
-    test_warm.py checks that warm ranks compute what torchrun's do."""
-    from dltutor.launch.run import launch
-    res = launch(script, nproc=nproc, args=list(args), backend="local", threads=1, oversubscribe=True,
-                 echo=False, timeout=timeout, env={"DLTUTOR_DIST_TIMEOUT": "120"},
-                 log_dir=tmp_path / "launch")
-    assert res.returncode == 0, res.returncode
-    out = "\n".join(Path(res.logs[rank]).read_text() for rank in sorted(res.logs))
-    return sorted(res.metrics, key=lambda m: m["rank"]), out
+    """(metrics by rank, every rank's output) of `nproc` ranks forked from the warm start
+    (slurm_jobs.on_this_machine). These tests check the collectives, not the launcher:
+    test_launch_forms runs the labs under torchrun."""
+    run = slurm_jobs.on_this_machine(script, nproc, args, tmp_path / "launch", timeout,
+                                     env={"DLTUTOR_DIST_TIMEOUT": "120"})
+    return sorted(run["metrics"], key=lambda m: m["rank"]), run["output"]
 
 
 @pytest.mark.slow

@@ -220,7 +220,8 @@ def test_form_that_needs_more_is_well_formed(form, tmp_path):
     if script is None or form.argv[0] in ("make", "conda", "export"):
         return
     assert script.is_file(), f"{form}: no such script {script}"
-    options = lab_help(script, _shared_folder(tmp_path)).split("\noptions:\n", 1)[-1]  # not the docstring's forms
+    text = lab_help(script, _shared_folder(tmp_path))
+    options = text.split("\noptions:\n", 1)[-1]   # not the docstring's forms
     known = set(re.findall(r"(--?[A-Za-z][\w-]*)", options))
     after = form.argv[[i for i, w in enumerate(form.argv) if w.endswith(".py")][0] + 1:] \
         if any(w.endswith(".py") for w in form.argv) else []
