@@ -14,6 +14,9 @@
 #                            the nvidia-nccl wheel next to torch when it has nccl.h)
 #                            Either GPU build keeps Gloo, so `horovodrun --gloo` works on the CPU too.
 #   DLTUTOR_HOROVOD_REBUILD  1 -> ignore a cached wheel and build again
+#   HOROVOD_BUILD_CUDA_CC_LIST  GPU build: compute capabilities to compile for, e.g. 80,90
+#                            (default: those of the GPUs torch sees here; Horovod's own default
+#                            is every one nvcc knows, slow)
 #   MAKEFLAGS                default -j<cores>; Horovod's setup.py passes -j8 unless MAKEFLAGS is set
 #
 # Why a patch (scripts/patch_horovod.py): Horovod 0.28.1 pins C++14 but torch 2.14 headers need
@@ -47,17 +50,19 @@ probe() {
 import sys
 import torch
 gpu = int(bool(torch.version.cuda) and torch.cuda.device_count() > 0)
+ccs = ",".join(sorted({"%d%d" % torch.cuda.get_device_capability(i)
+                       for i in range(torch.cuda.device_count())})) if gpu else "-"
 hvd = "-"
 if sys.argv[1] == "horovod":
     import horovod.torch  # noqa: F401  (raises, or kills this probe, when the build does not fit)
     from importlib.metadata import version
     hvd = version("horovod")
-print(torch.__version__, f"cp{sys.version_info[0]}{sys.version_info[1]}", gpu, hvd)
+print(torch.__version__, f"cp{sys.version_info[0]}{sys.version_info[1]}", gpu, hvd, ccs)
 PROBE
 }
 FOUND=$(probe horovod || probe none) || die "$PY cannot import torch; install torch first"
 # What decides binary compatibility: torch version, Python tag, CPU vs GPU ops.
-read -r TORCH_VERSION PYTAG TORCH_SEES_GPU HVD_IMPORTS <<< "$FOUND"
+read -r TORCH_VERSION PYTAG TORCH_SEES_GPU HVD_IMPORTS GPU_CCS <<< "$FOUND"
 # NCCL or not: an explicit HOROVOD_GPU_OPERATIONS wins, else DLTUTOR_HOROVOD_NCCL (1 / 0 / auto).
 if [ -z "${HOROVOD_GPU_OPERATIONS:-}" ]; then
     case "${DLTUTOR_HOROVOD_NCCL:-auto}" in
@@ -72,16 +77,13 @@ if [ -z "${HOROVOD_GPU_OPERATIONS:-}" ]; then
             fi ;;
     esac
 fi
+NCCL_WHEEL=
 if [ -n "${HOROVOD_GPU_OPERATIONS:-}" ] && [ -z "${HOROVOD_NCCL_HOME:-}" ]; then
     # pip's torch brings NCCL as the nvidia-nccl-cu* wheel: use its headers and library if complete
     NCCL_WHEEL=$("$PY" -c 'import importlib.util as u, os
 s = u.find_spec("nvidia.nccl")
 d = list(s.submodule_search_locations)[0] if s else ""
 print(d if d and os.path.isfile(os.path.join(d, "include", "nccl.h")) else "")' 2>/dev/null || true)
-    if [ -n "$NCCL_WHEEL" ]; then
-        export HOROVOD_NCCL_HOME=$NCCL_WHEEL
-        say "HOROVOD_NCCL_HOME=$NCCL_WHEEL (torch's nvidia-nccl wheel)"
-    fi
 fi
 OPS=cpu
 if [ -n "${HOROVOD_GPU_OPERATIONS:-}" ]; then
@@ -129,6 +131,10 @@ if ! command -v cmake >/dev/null; then
     export PATH="$(dirname "$PY"):$PATH"
 fi
 say "cmake: $(cmake --version | head -1)"
+# CMake >= 4 refuses the cmake_minimum_required(VERSION 2.x/3.x < 3.5) of Horovod's third-party
+# trees (gloo, ...) ("Compatibility with CMake < 3.5 has been removed"); this variable lets it
+# configure them with 3.5 policies. CMake 3 ignores it.
+export CMAKE_POLICY_VERSION_MINIMUM=${CMAKE_POLICY_VERSION_MINIMUM:-3.5}
 # setup.py imports packaging and horovod.runner; --no-build-isolation uses the venv's setuptools.
 "$PY" -m pip install --no-input --disable-pip-version-check --quiet \
     setuptools wheel packaging cloudpickle psutil pyyaml 'cffi>=1.4.0'
@@ -150,6 +156,21 @@ say "extracting $SDIST"
 tar -xzf "$SDIST" -C "$WORK"
 SRC=$WORK/horovod-$HVD_VERSION
 "$PY" "$HERE/patch_horovod.py" "$SRC"
+if [ -n "$NCCL_WHEEL" ]; then
+    # The wheel ships lib/libnccl.so.2 but no libnccl.so (what CMake's find_library looks for):
+    # a small NCCL home in the work dir links both. Shared linking: torch loads that same
+    # libnccl.so.2 before horovod.torch is imported.
+    mkdir -p "$WORK/nccl/lib"
+    ln -s "$NCCL_WHEEL/include" "$WORK/nccl/include"
+    ln -s "$NCCL_WHEEL/lib/libnccl.so.2" "$WORK/nccl/lib/libnccl.so"
+    export HOROVOD_NCCL_HOME=$WORK/nccl HOROVOD_NCCL_LINK=shared
+    say "HOROVOD_NCCL_HOME=$HOROVOD_NCCL_HOME (torch's nvidia-nccl wheel, $NCCL_WHEEL)"
+fi
+if [ "$OPS" != cpu ] && [ -z "${HOROVOD_BUILD_CUDA_CC_LIST:-}" ] && [ "$GPU_CCS" != - ]; then
+    # Horovod's default is every architecture nvcc knows (a dozen on CUDA 13, each compiled twice)
+    export HOROVOD_BUILD_CUDA_CC_LIST=$GPU_CCS
+    say "HOROVOD_BUILD_CUDA_CC_LIST=$GPU_CCS (the GPUs of this node; set it to build for others)"
+fi
 
 # ---- build ------------------------------------------------------------------------------------
 # (only now: pip download checks that the sdist's metadata says plain 0.28.1)

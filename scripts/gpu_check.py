@@ -202,18 +202,19 @@ def notebook_runner(kernel: str | None):
     return run, "", kernel
 
 
-def run_notebooks(kernel, timeout: float, log_root: Path) -> list[Result]:
+def run_notebooks(kernel, timeout: float, log_root: Path, wanted=lambda name: True):
+    """Each notebook's Result as soon as it has run (a check stopped later keeps the lines)."""
     runner, why, kernel = notebook_runner(kernel)
-    books = sorted(course_dir("notebooks").glob("[0-9][0-9]_*.ipynb"))
+    books = [b for b in sorted(course_dir("notebooks").glob("[0-9][0-9]_*.ipynb")) if wanted(b.stem)]
     if runner is None:
-        return [Result(b.stem, "notebook", why) for b in books]
+        yield from (Result(b.stem, "notebook", why) for b in books)
+        return
     os.environ["DLTUTOR_FAST"] = "1"          # the kernel inherits it: fast mode
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    out = []
     for book in books:
         gone = missing(NOTEBOOK_NEEDS.get(book.name[:2], []))
         if gone:
-            out.append(Result(book.stem, "notebook", f"not run: {', '.join(gone)} missing"))
+            yield Result(book.stem, "notebook", f"not run: {', '.join(gone)} missing")
             continue
         started = time.monotonic()
         try:
@@ -221,9 +222,8 @@ def run_notebooks(kernel, timeout: float, log_root: Path) -> list[Result]:
             status, detail = "pass", f"fast mode, kernel {kernel}"
         except Exception as exc:  # noqa: BLE001 - any failure of the notebook is its result
             status, detail = "fail", f"{type(exc).__name__}: {str(exc).strip()[:300]}"
-        out.append(Result(book.stem, "notebook", status, (time.monotonic() - started) / 60,
-                          detail=detail))
-    return out
+        yield Result(book.stem, "notebook", status, (time.monotonic() - started) / 60,
+                     detail=detail)
 
 
 def main(argv=None) -> int:
@@ -233,7 +233,12 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel", default=None, help="Jupyter kernel (default: dltutor, else python3)")
     ap.add_argument("--labs-only", action="store_true")
     ap.add_argument("--notebooks-only", action="store_true")
+    ap.add_argument("--only", default=None, metavar="REGEX",
+                    help="run only the labs/notebooks whose name matches (e.g. '^0[1-4]'); "
+                         "several checks can then run side by side and be merged "
+                         "(python scripts/gpu_record.py merge ...)")
     args = ap.parse_args(argv)
+    wanted = re.compile(args.only).search if args.only else (lambda name: True)
     why = no_gpu_line()
     if why:
         print(why, flush=True)
@@ -247,11 +252,11 @@ def main(argv=None) -> int:
     print(f"logs and executed notebooks: {log_root}", flush=True)
     results = []
     if not args.notebooks_only:
-        for job in lab_jobs(info["gpus"]):
+        for job in (j for j in lab_jobs(info["gpus"]) if wanted(j.name)):
             results.append(run_lab(job, args.timeout, log_root))
             print(f"  lab {job.name}: {results[-1].status} {results[-1].detail}", flush=True)
     if not args.labs_only:
-        for r in run_notebooks(args.kernel, args.timeout, log_root):
+        for r in run_notebooks(args.kernel, args.timeout, log_root, wanted):
             results.append(r)
             print(f"  notebook {r.name}: {r.status} {r.detail}", flush=True)
     md, _ = write_record(info, results, args.out)

@@ -1,13 +1,27 @@
 """The verification record of `make gpu-check` (scripts/gpu_check.py): one Result per lab or
 notebook, written as docs/verified/<date>-<host>.md and .json, and the README line that links it.
+
+Several checks run side by side (`gpu_check.py --only REGEX`), or again after a fix, are merged
+into one record, with the GPU measurements of bench/ (their --json files) beside it:
+
+    python scripts/gpu_record.py merge --out docs/verified first.json second.json \
+        --measurement m_tta16.json --measurement m_zero.json --note "..."
+
+A later record's row replaces an earlier one of the same name (its detail says so).
+`--notebook PATH` adds a row read from an executed notebook (pass when every code cell ran and
+none raised), for a check that was stopped before it could print its own row.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from gpu_measurements import render_measurements
 
 README_MARK = "**Last verified on a GPU:**"
 PACKAGES = ("torch", "torchvision", "deepspeed", "horovod", "papermill", "nbclient", "ipykernel")
@@ -23,7 +37,7 @@ class Result:
     detail: str = ""
 
 
-def render_markdown(info: dict, results: list[Result]) -> str:
+def render_markdown(info: dict, results: list[Result], measurements=(), notes=()) -> str:
     """The verification record as Markdown (facts, versions, one row per lab/notebook)."""
     counts = summary(results)
     lines = [f"# GPU verification: {info['host']}, {info['date']}", "",
@@ -40,8 +54,13 @@ def render_markdown(info: dict, results: list[Result]) -> str:
               "|---|---|---|---|---|"]
     for r in results:
         nums = ", ".join(f"{k}={v}" for k, v in r.numbers.items()) or "-"
+        detail = " ".join(r.detail.replace("|", "/").split())      # one table row: one line
         lines.append(f"| {r.kind} `{r.name}` | {r.status} | {r.minutes:.1f} | {nums} | "
-                     f"{r.detail.replace('|', '/') or '-'} |")
+                     f"{detail or '-'} |")
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    if measurements:
+        lines += ["", render_measurements(list(measurements))]
     return "\n".join(lines) + "\n"
 
 
@@ -51,14 +70,16 @@ def summary(results: list[Result]) -> str:
     return f"{n['pass']} pass, {n['fail']} fail, {not_run} not run"
 
 
-def write_record(info: dict, results: list[Result], out_dir: Path) -> tuple[Path, Path]:
+def write_record(info: dict, results: list[Result], out_dir: Path, measurements=(),
+                 notes=()) -> tuple[Path, Path]:
     """docs/verified/<date>-<host>.md and .json; returns both paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     host = re.sub(r"[^\w.-]+", "_", info["host"])
     stem = out_dir / f"{info['date'][:10]}-{host}"
     md, js = stem.with_suffix(".md"), stem.with_suffix(".json")
-    md.write_text(render_markdown(info, results))
-    js.write_text(json.dumps({"facts": info, "results": [asdict(r) for r in results]}, indent=1))
+    md.write_text(render_markdown(info, results, measurements, notes))
+    js.write_text(json.dumps({"facts": info, "results": [asdict(r) for r in results],
+                              "measurements": list(measurements), "notes": list(notes)}, indent=1))
     return md, js
 
 
@@ -72,3 +93,74 @@ def update_readme(readme: Path, record: Path, info: dict, results: list[Result])
     if n:
         readme.write_text(new)
     return bool(n)
+
+
+def load(path: Path) -> tuple[dict, list[Result]]:
+    """(facts, results) of a record's .json."""
+    data = json.loads(Path(path).read_text())
+    return data["facts"], [Result(**r) for r in data["results"]]
+
+
+def merge(paths) -> tuple[dict, list[Result]]:
+    """One record from several: facts of the first, rows in first-seen order, a later row of the
+    same name replacing an earlier one (its detail says from which check it came)."""
+    info, rows = None, {}
+    for path in paths:
+        facts, results = load(path)
+        info = info or facts
+        for r in results:
+            if r.name in rows:
+                r.detail = f"after {rows[r.name].status} in an earlier check: {r.detail}".rstrip(": ")
+            rows[r.name] = r
+    return info, list(rows.values())
+
+
+def notebook_result(path: Path) -> Result:
+    """A notebook's row from its executed copy: pass when every code cell ran and none raised."""
+    nb = json.loads(Path(path).read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    ran = [c for c in code if c.get("execution_count")]
+    errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    status = "pass" if len(ran) == len(code) and not errors else "fail"
+    why = (f"{len(ran)}/{len(code)} code cells ran, {len(errors)} error(s) "
+           f"(read from the executed notebook {Path(path).name})")
+    return Result(Path(path).stem, "notebook", status, 0.0, {}, why)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Merge gpu-check records (and bench/ measurements) "
+                                             "into one record; point the README at it.")
+    ap.add_argument("command", choices=("merge",))
+    ap.add_argument("records", nargs="+", type=Path, help="records' .json, earliest first")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--notebook", action="append", type=Path, default=[],
+                    help="an executed notebook whose row a stopped check did not write")
+    ap.add_argument("--not-run", action="append", default=[], metavar="NAME=WHY",
+                    help="a notebook no check reached: its row says 'not run: WHY'")
+    ap.add_argument("--measurement", action="append", type=Path, default=[],
+                    help="a bench/ script's --json output")
+    ap.add_argument("--note", action="append", default=[])
+    ap.add_argument("--readme", type=Path, default=Path(__file__).resolve().parents[1] / "README.md")
+    args = ap.parse_args(argv)
+    info, results = merge(args.records)
+    by = {r.name: i for i, r in enumerate(results)}
+    for path in args.notebook:
+        row = notebook_result(path)
+        if row.name in by:
+            row.detail = f"after {results[by[row.name]].status}: {row.detail}"
+            results[by[row.name]] = row
+        else:
+            results.append(row)
+    for item in args.not_run:
+        name, _, why = item.partition("=")
+        if name not in by:
+            results.append(Result(name, "notebook", f"not run: {why or 'no reason given'}"))
+    measurements = [json.loads(p.read_text()) for p in args.measurement]
+    md, _ = write_record(info, results, args.out, measurements, args.note)
+    linked = update_readme(args.readme, md, info, results)
+    print(f"{summary(results)}; record {md}{'' if linked else ' (README line absent)'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -28,6 +28,9 @@ The edits, and why:
      not 20, because that is what Horovod itself uses for Gloo next to TensorFlow.
   5. horovod/torch/CMakeLists.txt asks distutils for the Python include dir; distutils is gone in
      Python 3.12 -> ask sysconfig (same answer on 3.11).
+  6. horovod/common/group_table.h uses std::string without including <string>; GCC 12's headers
+     brought it in by the way, GCC 13's do not ("'string' in namespace 'std' does not name a
+     type", seen on a GPU node with GCC 13.3) -> include it.
 """
 from __future__ import annotations
 
@@ -75,6 +78,9 @@ EDITS = [
      r'"from distutils\.sysconfig import get_python_inc; print\(get_python_inc\(\)\)"',
      "\"import sysconfig; print(sysconfig.get_paths()['include'])\"",
      "import sysconfig; print(sysconfig.get_paths()['include'])"),
+    ("horovod/common/group_table.h", "include <string> (GCC 13 no longer brings it in)",
+     r"^(#include <mutex>[ \t]*)$", r"\1\n#include <string>  // " + MARK + ": GCC 13",
+     "#include <string>  // " + MARK),
 ]
 
 

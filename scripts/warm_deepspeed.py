@@ -44,6 +44,10 @@ def setup_env() -> Path:
         import torch
         os.environ["DS_ACCELERATOR"] = "cuda" if torch.cuda.is_available() else "cpu"
     os.environ.setdefault("MAX_JOBS", str(len(os.sched_getaffinity(0))))
+    from dltutor.core.engines import deepspeed_arch_list
+    arch = deepspeed_arch_list()          # e.g. "9.0a", which DeepSpeed's builder cannot read
+    if arch is not None:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch
     return ext
 
 

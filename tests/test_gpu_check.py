@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import nbformat
 import pytest
 
 from dltutor.core.course import course_root
@@ -116,3 +117,77 @@ def test_a_notebook_whose_engine_is_missing_is_not_run(monkeypatch, tmp_path):
     results = {r.name: r.status for r in gpu_check.run_notebooks(None, 10, tmp_path)}
     assert results["04_deepspeed_out_of_core_bert"] == "not run: deepspeed missing"
     assert results["02_ddp_multi_gpu"] == "pass" and "04_deepspeed_out_of_core_bert.ipynb" not in ran
+
+
+def test_only_picks_labs_and_notebooks_by_name(monkeypatch, tmp_path):
+    import os
+    for var in ("DLTUTOR_FAST", "PYTHONPATH"):
+        monkeypatch.setenv(var, os.environ.get(var, ""))
+    monkeypatch.setattr(gpu_check, "notebook_runner",
+                        lambda kernel: (lambda path, out, timeout: None, "", "k"))
+    monkeypatch.setattr(gpu_check, "missing", lambda needs: [])
+    import re
+    wanted = re.compile(r"^0[56]").search
+    names = [r.name for r in gpu_check.run_notebooks(None, 10, tmp_path, wanted)]
+    assert names == ["05_ring_allreduce_visualizer", "06_model_parallelism"]
+    gen = gpu_check.run_notebooks(None, 10, tmp_path)
+    assert next(gen).name.startswith("01_")               # a row as soon as its notebook ran
+
+
+def _record(tmp_path, name, results):
+    info = {**INFO, "date": "2026-11-26T13:10+00:00"}
+    md, js = gpu_record.write_record(info, results, tmp_path / name)
+    return js
+
+
+def test_merged_checks_keep_the_later_row_and_say_so(tmp_path, monkeypatch):
+    first = _record(tmp_path, "a", [Result("08_debugging/faulty_train.py", "lab", "fail", 0.1),
+                                    Result("02_ddp/train.py", "lab", "pass", 0.2)])
+    second = _record(tmp_path, "b", [Result("08_debugging/faulty_train.py", "lab", "pass", 0.1, {},
+                                            "1 rank(s), local")])
+    info, rows = gpu_record.merge([first, second])
+    assert [r.name for r in rows] == ["08_debugging/faulty_train.py", "02_ddp/train.py"]
+    assert rows[0].status == "pass" and rows[0].detail.startswith("after fail in an earlier check")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1"),
+                                         nbformat.v4.new_code_cell("2")])
+    nb.cells[0].execution_count = 1
+    path = tmp_path / "02_ddp_multi_gpu.ipynb"
+    nbformat.write(nb, path)
+    assert gpu_record.notebook_result(path).status == "fail"          # a cell never ran
+    nb.cells[1].execution_count = 2
+    nbformat.write(nb, path)
+    assert gpu_record.notebook_result(path).status == "pass"
+    nb.cells[1].outputs = [nbformat.v4.new_output("error", ename="E", evalue="x", traceback=[])]
+    nbformat.write(nb, path)
+    assert gpu_record.notebook_result(path).status == "fail"
+    readme = tmp_path / "README.md"
+    readme.write_text(f"x\n{gpu_record.README_MARK} none yet\n")
+    m = tmp_path / "m.json"
+    m.write_text(json.dumps(MATMUL))
+    assert gpu_record.main(["merge", str(first), str(second), "--out", str(tmp_path / "out"),
+                            "--not-run", "07_input_pipeline=GPU time ran out",
+                            "--measurement", str(m), "--note", "two checks",
+                            "--readme", str(readme)]) == 0
+    text = (tmp_path / "out" / "2026-11-26-gpu-node-7.md").read_text()
+    assert "| notebook `07_input_pipeline` | not run: GPU time ran out |" in text
+    assert "- two checks" in text and "| 8192^3 | 8192 x 8192 x 8192 | 732.7 | 100.00% | 92.75% |" in text
+    assert "2 pass, 0 fail, 1 not run" in readme.read_text()
+
+
+MATMUL = {"bench": "matmul_roof", "device": "NVIDIA H100 80GB HBM3", "peak_reference": 790.0,
+          "roof_tflops": 732.7, "rows": [{"shape": "8192^3", "M": 8192, "K": 8192, "N": 8192,
+                                          "tflops": 732.7, "of_roof": 1.0,
+                                          "of_peak_reference": 0.9275}]}
+
+
+def test_measurements_print_the_files_numbers():
+    import gpu_measurements as gm
+    tta = [{"bench": "time_to_accuracy", "device": d, "hardware": h, "width": 16, "batch_size": 128,
+            "precision": p, "reached": True, "seconds_to_target": s, "steps_to_target": 1170,
+            "eval_seconds": 2.5, "threads": 4, "final_acc": 0.901}
+           for d, h, p, s in (("NVIDIA H100 80GB HBM3", "GPU/nccl", "bf16", 19.98),
+                              ("CPU", "CPU/gloo", "fp32", 999.0))]
+    text = gm.render_measurements(tta + [MATMUL])
+    assert "| NVIDIA H100 80GB HBM3 | 16 | 128 | bf16 | 19.98 | 1170 | 2.5 | 4 |" in text
+    assert "the GPU reached 90 % in 19.98 s, the CPU in 999.0 s: 50 x" in text
+    assert "roof is this GPU's own 8192^3 product in this run (732.7 TFLOP/s)" in text

@@ -198,3 +198,93 @@ def test_timed_gpu_iterations_synchronize_before_each_clock_read():
         time_iterations(lambda: None, num_iters=3, num_batches_per_iter=2, batch_size=4,
                         device=torch.device("cuda", 0))
     assert run.names().count("synchronize") == 6          # before and after each iteration
+
+
+# ------------------------------------------- what the first real GPU run found (docs/verified/)
+class _Launches:
+    """Stands in for dltutor.launch.run.launch: records (nproc, env) and raises after that."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, script, nproc=None, env=None, **kw):
+        self.calls.append((nproc, dict(env or {})))
+        raise RuntimeError("recorded")
+
+
+@pytest.mark.parametrize("helper", ["param_server", "io", "horovod_sweep"])
+def test_helpers_put_more_ranks_than_gpus_on_the_cpu(helper, monkeypatch, tmp_path):
+    # On the H100 node (1 GPU), notebook 05's parameter server (5 ranks) hung in NCCL with ranks
+    # sharing the GPU, and notebook 07's 2 ranks were refused: a helper that starts more ranks
+    # than the node has GPUs must hide the GPUs, as plan_ranks says.
+    from dltutor.launch import run as run_mod
+    monkeypatch.setattr(device, "gpu_count", lambda: 1)
+    fake = _Launches()
+    monkeypatch.setattr(run_mod, "launch", fake)
+    with pytest.raises(RuntimeError, match="recorded"):
+        if helper == "param_server":
+            from dltutor.allreduce import param_server
+            param_server.measure((2, 3, 4), numel=10)
+        elif helper == "io":
+            from dltutor.io import runs as io_runs
+            monkeypatch.setattr(io_runs, "launch", fake)
+            io_runs.run_lab(2, tmp_path, 8, 4)
+        else:
+            from dltutor.horovod import runs as hvd_runs
+            plan = device.plan_ranks([2], need=2)
+            hvd_runs.sweep_setting("HOROVOD_CYCLE_TIME", [1], [], env=plan.env)
+    nproc, env = fake.calls[0]
+    assert nproc >= 2 and env.get("CUDA_VISIBLE_DEVICES") == ""
+
+
+def test_every_launch_in_a_notebook_is_told_where_its_ranks_go():
+    # notebook 02's lab check launched 2 ranks with no env: refused on a 1-GPU node
+    import re
+    for path in sorted((course_root() / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for cell in (c for c in nb.cells if c.cell_type == "code"):
+            for call in re.findall(r"(?<![\w.])launch\((?:[^()]|\([^()]*\))*\)", cell.source):
+                assert "env=" in call, f"{path.name}: {call[:80]} passes no env= (RankPlan.env)"
+
+
+def test_buffer_sync_speaks_the_ddp_of_this_torch_and_of_older_ones(monkeypatch):
+    # torch 2.11 (the H100 node's) has no forward_sync_buffers: lab 08 failed at DDP(...)
+    from torch.nn import parallel
+
+    from dltutor.debug import faults
+    assert faults.buffer_sync(False) == {"forward_sync_buffers": False}      # torch 2.14
+
+    class OldDDP:
+        def __init__(self, module, device_ids=None, broadcast_buffers=True):
+            pass
+    monkeypatch.setattr(parallel, "DistributedDataParallel", OldDDP)
+    assert faults.buffer_sync(False) == {"broadcast_buffers": False}
+
+
+def test_an_arch_list_deepspeed_cannot_read_is_replaced(monkeypatch):
+    # the H100 image sets TORCH_CUDA_ARCH_LIST=9.0a: DeepSpeed's builder died on int('0a')
+    import os
+
+    from dltutor.core import engines
+    assert engines.deepspeed_arch_list("9.0a") == "9.0"
+    assert engines.deepspeed_arch_list("8.0;9.0a+PTX") == "8.0;9.0+PTX"
+    assert engines.deepspeed_arch_list("8.0 9.0") is None
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+    monkeypatch.setenv("DS_ACCELERATOR", "cuda")
+    engines.apply_engine_env()
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "9.0" and os.environ["DS_ACCELERATOR"] == "cuda"
+
+
+def test_the_horovod_patch_includes_string_for_gcc_13(tmp_path):
+    # GCC 13.3 on the H100 node: group_table.h used std::string without <string>
+    sys.path.insert(0, str(course_root().parent / "scripts"))
+    import patch_horovod
+    src = tmp_path / "horovod-0.28.1"
+    for rel, *_ in patch_horovod.EDITS:
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+    header = src / "horovod/common/group_table.h"
+    header.write_text("#include <mutex>\n#include <queue>\nstd::string x;\n")
+    edit = next(e for e in patch_horovod.EDITS if e[0] == "horovod/common/group_table.h")
+    import re
+    patched = re.sub(edit[2], edit[3], header.read_text(), count=1, flags=re.M)
+    assert patched.startswith("#include <mutex>\n#include <string>  // dltutor-patch: GCC 13\n")

@@ -115,12 +115,17 @@ def measure(workers=(2, 3, 4), numel: int = 701_466, iters: int = 5, warmup: int
             passes: int = 3, timeout: float = 900.0, echo: bool = False) -> dict:
     """Run the lab on max(workers)+1 local ranks (1 server + W workers); rank 0's summary: checks
     (W -> ps equals ring), results (form, workers, time_s, time_range_s), alpha_s, beta_s_per_byte,
-    numel, hardware, world_size. More ranks than cores share them (`oversubscribe`)."""
+    numel, hardware, world_size. More ranks than cores share them (`oversubscribe`); a node with
+    fewer GPUs than ranks runs them all on the CPU (gloo), as `plan_ranks` says."""
     from dltutor.allreduce.sweep import run_lab
+    from dltutor.core.device import plan_ranks
+    from dltutor.core.env import cpu_cores
     args = ["--workers", ",".join(map(str, workers)), "--numel", str(numel), "--iters", str(iters),
             "--warmup", str(warmup), "--passes", str(passes)]
-    return run_lab("ps_bench.py", max(workers) + 1, args, timeout=timeout, echo=echo,
-                   oversubscribe=True)[0]
+    n = max(workers) + 1
+    plan = plan_ranks([n], need=n)     # fewer GPUs than ranks: all on the CPU (NCCL cannot share)
+    return run_lab("ps_bench.py", n, args, timeout=timeout, echo=echo,
+                   oversubscribe=not plan.on_gpu and cpu_cores() < n, env=plan.env)[0]
 
 
 def rows(summary: dict) -> list[dict]:

@@ -37,9 +37,36 @@ def engine_env(nthreads: int | None = None) -> dict[str, str]:
         "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR") or device().type,
         "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
     }
+    arch = deepspeed_arch_list()
+    if arch is not None:
+        env["TORCH_CUDA_ARCH_LIST"] = arch
     if nthreads is not None:
         env["OMP_NUM_THREADS"] = str(int(nthreads))
     return env
+
+
+def deepspeed_arch_list(value: str | None = None) -> str | None:
+    """TORCH_CUDA_ARCH_LIST without architecture suffixes, when it has any; else None.
+
+    Some GPU images set it to e.g. "9.0a" (Hopper's arch-specific features). DeepSpeed's op
+    builder reads every entry as major.minor integers and stops with "invalid literal for int()
+    with base 10: '0a'", so no op (cpu_adam, async_io) can be built there. Its ops need no
+    arch-specific instructions: "9.0a" -> "9.0" (a "+PTX" suffix is kept)."""
+    import re
+    value = os.environ.get("TORCH_CUDA_ARCH_LIST") if value is None else value
+    if not value or not re.search(r"\.\d+[a-z]", value):
+        return None
+    return re.sub(r"(\.\d+)[a-z]+", r"\1", value)
+
+
+def apply_engine_env(nthreads: int | None = None) -> None:
+    """`engine_env()` into os.environ before DeepSpeed is imported: values already set win, except
+    a TORCH_CUDA_ARCH_LIST that DeepSpeed cannot read (`deepspeed_arch_list`), which is replaced."""
+    for key, value in engine_env(nthreads).items():
+        if key == "TORCH_CUDA_ARCH_LIST":
+            os.environ[key] = value
+        else:
+            os.environ.setdefault(key, value)
 
 
 SHM_PREFIX = "deepspeed_allreduce_buffer_"
@@ -129,8 +156,7 @@ def deepspeed_info(check_ops: bool = True) -> dict:
     if version is None:
         info["fix"] = "DeepSpeed is not installed: " + DEEPSPEED_FIX
         return info
-    for key, value in engine_env().items():
-        os.environ.setdefault(key, value)
+    apply_engine_env()
     try:
         import deepspeed  # noqa: F401
         from deepspeed.accelerator import get_accelerator

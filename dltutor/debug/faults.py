@@ -139,3 +139,17 @@ def caught(exc: BaseException, ctx, fr_dir=None) -> None:
     if fr_dir and flight.recording():
         path = flight.dump(fr_dir, ctx.rank)
         dist.report(event="fr_dump", path=str(path))
+
+
+def buffer_sync(sync: bool) -> dict:
+    """DDP's keyword for syncing buffers (BatchNorm's running stats) in every forward.
+
+    torch 2.14 names it `forward_sync_buffers` and deprecates `broadcast_buffers`; older torch
+    (a GPU site's own, e.g. 2.11) knows only `broadcast_buffers`. Either way False lets the
+    ranks' buffers drift apart, which is the `bn_buffer` fault."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+    known = inspect.signature(DistributedDataParallel.__init__).parameters
+    return {"forward_sync_buffers" if "forward_sync_buffers" in known else "broadcast_buffers": sync}
+

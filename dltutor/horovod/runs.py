@@ -99,12 +99,13 @@ SETTING_KEYS = {"HOROVOD_FUSION_THRESHOLD": "fusion_threshold_bytes",
 
 
 def sweep_setting(name: str, values, args, nproc: int = 2, done: dict | None = None,
-                  timeout: float = 900.0) -> list[tuple[float, float, float, str]]:
+                  timeout: float = 900.0, env=None) -> list[tuple[float, float, float, str]]:
     """(value, seconds per step, its 1.96-sigma spread, run) of the Horovod lab for each value of
     the environment variable `name`.
 
     `done` is a Horovod row already measured: its own value (as the lab reported it) joins the
-    sweep without a new run when it is not among `values`.
+    sweep without a new run when it is not among `values`. `env` adds variables for every run
+    (the notebook's RankPlan.env: on a node with fewer GPUs than workers, the CPU).
     """
     key = SETTING_KEYS[name]
 
@@ -112,7 +113,8 @@ def sweep_setting(name: str, values, args, nproc: int = 2, done: dict | None = N
         spread = row["step_time_s"] * row["img_sec_conf"] / row["img_sec_per_worker"]
         return float(row[key]), row["step_time_s"], spread, run
 
-    out = [point(run_benchmark("horovod", nproc, args, env={name: str(v)}, timeout=timeout,
+    out = [point(run_benchmark("horovod", nproc, args, env={**(env or {}), name: str(v)},
+                               timeout=timeout,
                                echo=False), f"{name}={v}") for v in values]
     if done is not None and float(done[key]) not in {p[0] for p in out}:
         out.append(point(done, f"{done['run']} (run above)"))

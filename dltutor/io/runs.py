@@ -15,7 +15,9 @@ def run_lab(nproc: int, root, samples: int, per_shard: int, fmts=("shards", "fil
     args = ["--root", str(root), "--samples", str(samples), "--per-shard", str(per_shard),
             "--formats", ",".join(fmts), "--batch-size", str(batch_size),
             "--workers", str(workers), "--cache", cache]
-    return launch(lab(LAB), nproc=nproc, args=args, timeout=timeout, echo=echo)
+    from dltutor.core.device import plan_ranks
+    plan = plan_ranks([nproc], need=nproc)   # fewer GPUs than ranks: the ranks use the CPU
+    return launch(lab(LAB), nproc=nproc, args=args, timeout=timeout, echo=echo, env=plan.env)
 
 
 def rows(result) -> list[dict]:

@@ -169,3 +169,20 @@ def is_out_of_memory(text: str) -> bool:
     """True when `text` (an exception or a log) shows an allocator out-of-memory error."""
     return bool(re.search(r"can't allocate memory|out of memory|MemoryError|"
                           r"Cannot allocate memory|std::bad_alloc", str(text)))
+
+
+def reset_peak(device=None) -> int:
+    """Start a fresh GPU peak for the run about to begin; the bytes allocated now (0 on a CPU).
+
+    max_memory_allocated is a high-water mark for the whole process: a sweep of configs in one
+    process would otherwise report the largest config's peak for every later one. The bytes held
+    at this moment are reported beside the peak, so peak - start is this run's own."""
+    if device is None or not getattr(device, "type", str(device)).startswith("cuda"):
+        return 0
+    import gc
+
+    import torch
+    gc.collect()                                  # the previous config's engine, if unreferenced
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)

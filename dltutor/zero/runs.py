@@ -90,8 +90,11 @@ def run_config(config: str, nproc: int, sizes: dict, budget_mb=None, nvme_dir=No
 
     `env` adds variables for the ranks (e.g. dltutor.core.device.RankPlan.env: the CPU)."""
     script = course.lab("04_deepspeed/" + ("train_bert.py" if config == "plain" else "train_bert_ds.py"))
+    # a budget is calibrated at one thread per rank (thread pools and malloc arenas grow with the
+    # threads, so a 16-core node would spend it before the model does)
     res = launch(str(script), nproc=nproc, args=_args(config, sizes, budget_mb, nvme_dir),
-                 env=_ds_env(env), echo=False, timeout=timeout, log_dir=log_dir)
+                 env=_ds_env(env), echo=False, timeout=timeout, log_dir=log_dir,
+                 threads=1 if budget_mb else None)
     return row_of(res.metrics[0], config, nproc), res
 
 

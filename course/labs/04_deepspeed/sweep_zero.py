@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dltutor.core import dist, flags
 from dltutor.core.device import backend
-from dltutor.core.engines import engine_env
+from dltutor.core.engines import apply_engine_env
 from dltutor.zero import bert_lab
 
 HERE = Path(__file__).resolve().parent
@@ -53,8 +53,7 @@ def plan(names, argv, ap=None) -> list:
 
 def run_all(plans) -> None:
     """One process group; each plan through train_bert_ds.run, one DLTUTOR_METRICS line each."""
-    for key, value in engine_env().items():  # DeepSpeed: DS_ACCELERATOR, op cache
-        os.environ.setdefault(key, value)
+    apply_engine_env()  # DeepSpeed: DS_ACCELERATOR, op cache
     import deepspeed  # DeepSpeed: imported after DS_ACCELERATOR is fixed
 
     run = lab_run()

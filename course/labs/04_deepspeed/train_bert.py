@@ -32,6 +32,7 @@ def main(argv=None):
     ctx = dist.init()                                    # DDP: process group if launched so
     budget_bytes = budget.apply_budget(args.mem_budget_mb, dev=ctx.device)  # GPU: a device cap
     amp, scaler = bert_lab.mixed_precision(args, ctx.device)  # fp32 masters, autocast, scaler
+    at_start = budget.reset_peak(ctx.device)             # GPU: the peak counts from here
     dtype = bert_lab.torch_dtype(args.dtype)
     env.seed_everything(args.seed, 0)                   # same initial weights on every rank
     phase = "model construction"
@@ -76,7 +77,7 @@ def main(argv=None):
                 samples_per_s=timed * args.batch_size * ctx.world_size / elapsed if timed
                 else None, model_state_bytes=meter.peak, predicted=est.as_dict(),
                 budget_bytes=budget_bytes, loss_scale=scaler.get_scale() if scaler.is_enabled()
-                else None, **memory.peak_memory_bytes(ctx.device))
+                else None, allocated_at_start=at_start, **memory.peak_memory_bytes(ctx.device))
     if args.checkpoint_dir and ctx.is_main:
         save_checkpoint(args.checkpoint_dir, model, opt, scaler, args.num_iterations)
     dist.teardown()

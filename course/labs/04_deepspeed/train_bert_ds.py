@@ -39,7 +39,7 @@ import time
 from dltutor.core import dist, env
 from dltutor.core.device import backend, hardware_label, synchronize
 from dltutor.core.hosts import shape_label
-from dltutor.core.engines import engine_env
+from dltutor.core.engines import apply_engine_env
 from dltutor.zero import bert_lab, budget, memory
 from dltutor.zero.bert import build_bert
 
@@ -51,8 +51,7 @@ def main(argv=None):
         cfg = bert_lab.load_ds_config(args.deepspeed_config, args)
     except bert_lab.ConfigError as exc:
         ap.error(str(exc))  # one clear line and exit code 2, before any process group
-    for key, value in engine_env().items():               # DeepSpeed: DS_ACCELERATOR, op cache
-        os.environ.setdefault(key, value)
+    apply_engine_env()                                    # DeepSpeed: DS_ACCELERATOR, op cache
     import deepspeed  # DeepSpeed: imported after DS_ACCELERATOR is fixed
 
     ctx = dist.init(group_of_one=True)  # DeepSpeed: process group (gloo/nccl), even of one
@@ -73,6 +72,7 @@ def run(args, cfg, ctx) -> dict:
     import torch
     from deepspeed.utils.logging import set_log_level_from_string
     stage = cfg["zero_optimization"].get("stage", 0)
+    at_start = budget.reset_peak(ctx.device)             # GPU: this config's own peak from here
     dtype = bert_lab.torch_dtype(bert_lab.resolve_dtype(args))  # DeepSpeed: its fp16/bf16 section
     env.seed_everything(args.seed, 0)                    # same initial weights on every rank
     phase = "model construction"
@@ -127,7 +127,7 @@ def run(args, cfg, ctx) -> dict:
                dtype=args.dtype, params=n_params, start_step=start, losses=losses,
                samples_per_s=timed * args.batch_size * ctx.world_size / elapsed if timed
                else None, step_s=step_s, model_state_bytes=meter.peak, predicted=est.as_dict(),
-               **memory.peak_memory_bytes(engine.device))
+               allocated_at_start=at_start, **memory.peak_memory_bytes(engine.device))
     engine.destroy() if hasattr(engine, "destroy") else None
     return out
 

@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     model = make_model(args.seed).to(ctx.device)
     by_hand = ctx.is_distributed and faults.detail_debug()   # DDP(...) under DETAIL: SIGSEGV
     gpu = [ctx.device.index] if ctx.device.type == "cuda" else None
-    net = DDP(model, device_ids=gpu, forward_sync_buffers=not fault.on("bn_buffer")) \
+    net = DDP(model, device_ids=gpu, **faults.buffer_sync(not fault.on("bn_buffer"))) \
         if ctx.is_distributed and not by_hand else model  # DDP:
     if by_hand:
         dist.rank_print("TORCH_DISTRIBUTED_DEBUG=DETAIL: gradients averaged by hand, not by DDP")
