@@ -152,4 +152,3 @@ def buffer_sync(sync: bool) -> dict:
     from torch.nn.parallel import DistributedDataParallel
     known = inspect.signature(DistributedDataParallel.__init__).parameters
     return {"forward_sync_buffers" if "forward_sync_buffers" in known else "broadcast_buffers": sync}
-

@@ -114,8 +114,7 @@ def sweep_setting(name: str, values, args, nproc: int = 2, done: dict | None = N
         return float(row[key]), row["step_time_s"], spread, run
 
     out = [point(run_benchmark("horovod", nproc, args, env={**(env or {}), name: str(v)},
-                               timeout=timeout,
-                               echo=False), f"{name}={v}") for v in values]
+                               timeout=timeout, echo=False), f"{name}={v}") for v in values]
     if done is not None and float(done[key]) not in {p[0] for p in out}:
         out.append(point(done, f"{done['run']} (run above)"))
     return sorted(out)
