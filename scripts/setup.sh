@@ -77,7 +77,7 @@ fi
 step "Horovod 0.28.1 (PyTorch + Gloo; + NCCL on a GPU node, see DLTUTOR_HOROVOD_NCCL)"
 bash scripts/build_horovod.sh "$VPY"
 step "DeepSpeed ops (cpu_adam, aio) pre-built"
-"$VPY" scripts/warm_deepspeed.py
+"$VPY" scripts/warm_deepspeed.py --if-changed
 
 # ---- 3b. tests only: a JupyterHub portal with its own Python (tests/test_hub.py) ------------------
 if [ "$WITH_TEST" = 1 ]; then

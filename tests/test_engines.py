@@ -164,3 +164,32 @@ def test_the_environments_bin_goes_first_only_when_it_has_ninja(tmp_path, monkey
     assert path_with_env_bin("/usr/bin:/bin") == "/usr/bin:/bin"
     (fake / "ninja").write_text("")
     assert path_with_env_bin(f"/usr/bin:{fake}:/bin") == f"{fake}:/usr/bin:/bin"
+
+
+def test_setup_skips_the_op_warm_up_only_while_its_record_matches(tmp_path, monkeypatch):
+    """`make setup`'s no-op run (warm_deepspeed.py --if-changed) imports nothing while the record
+    of the last warm-up matches this environment and every op's library is there; any change
+    (another accelerator, a GPU, a missing library) warms up again."""
+    as_setup = {k: v for k, v in os.environ.items()   # setup's environment: no engine variables
+                if k not in ("DS_ACCELERATOR", "TORCH_CUDA_ARCH_LIST", "TORCH_EXTENSIONS_DIR")}
+    out = subprocess.run([sys.executable, str(HERE.parent / "scripts" / "warm_deepspeed.py"),
+                          "--if-changed"], capture_output=True, text=True, timeout=TIMEOUT,
+                         env=as_setup)
+    assert out.returncode == 0 and "up to date" in out.stdout, out.stdout + out.stderr[-2000:]
+    sys.path.insert(0, str(HERE.parent / "scripts"))
+    import warm_deepspeed as w
+    ops = ["cpu_adam", "deepspeed_shm_comm"]
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    for op in ops:
+        (tmp_path / op).mkdir()
+        (tmp_path / op / f"{op}.so").write_text("")
+    assert not w.up_to_date(ops)                              # never warmed here: no record
+    w.record_path().write_text(w.warm_key(ops))
+    assert w.up_to_date(ops)
+    assert not w.up_to_date(ops + ["async_io"])               # another set of ops
+    monkeypatch.setenv("DS_ACCELERATOR", "cuda")
+    assert not w.up_to_date(ops)                              # another accelerator
+    monkeypatch.delenv("DS_ACCELERATOR")
+    (tmp_path / "cpu_adam" / "cpu_adam.so").unlink()
+    assert not w.up_to_date(ops)                              # a library gone

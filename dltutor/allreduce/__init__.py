@@ -4,6 +4,7 @@
   cost.py          alpha-beta cost models (flat and hierarchical), their fits, nccl-tests' algbw/busbw
   collectives.py   ring and other all-reduces from point-to-point messages, checked against torch's
   hierarchical.py  process groups for "nodes" and the hierarchical (2-D) all-reduce built on them
+  link.py          the bytes an all-reduce puts on the link between nodes, counted by their interfaces
   sweep.py         what both labs share: the timing passes, result rows, process group, launch
   findings.py      the sentences notebook 05 prints about what this run measured
   landscape.py     the communication libraries of seed 000 (MPI, NCCL, RCCL, oneCCL, Gloo)

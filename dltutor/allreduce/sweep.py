@@ -77,7 +77,8 @@ def link_line(link: dict) -> str:
     if link["loopback"]:
         return (f"link: {link['nodes']} nodes at loopback addresses ({where}): they are one machine, "
                 "so the link between them is its loopback, the same as inside a node; no slower "
-                "inter-node link is measured here")
+                "inter-node link is measured here (the course's test cluster gives its nodes one: "
+                "scripts/slurm_local.sh start --nodes 2 --link 100mbit)")
     if None in link["addresses"].values():
         return f"link: {link['nodes']} nodes ({where}): not every address resolves here, link unknown"
     return f"link: {link['nodes']} nodes ({where}): messages between nodes cross the network"

@@ -61,12 +61,26 @@ def deepspeed_arch_list(value: str | None = None) -> str | None:
 
 def apply_engine_env(nthreads: int | None = None) -> None:
     """`engine_env()` into os.environ before DeepSpeed is imported: values already set win, except
-    a TORCH_CUDA_ARCH_LIST that DeepSpeed cannot read (`deepspeed_arch_list`), which is replaced."""
+    a TORCH_CUDA_ARCH_LIST that DeepSpeed cannot read (`deepspeed_arch_list`), which is replaced.
+    Also `cache_cpu_info()`."""
     for key, value in engine_env(nthreads).items():
         if key == "TORCH_CUDA_ARCH_LIST":
             os.environ[key] = value
         else:
             os.environ.setdefault(key, value)
+    cache_cpu_info()
+
+
+def cache_cpu_info() -> None:
+    """Ask py-cpuinfo once per process. DeepSpeed's op builders ask it for the CPU's flags each
+    time they load an op (twice per op: -march and the SIMD width), and py-cpuinfo answers every
+    call from a new Python process (about half a CPU-second each). The CPU does not change while
+    a process runs, so its first answer is kept for the later calls."""
+    import functools
+
+    import cpuinfo
+    if not hasattr(cpuinfo.get_cpu_info, "cache_info"):
+        cpuinfo.get_cpu_info = functools.cache(cpuinfo.get_cpu_info)
 
 
 SHM_PREFIX = "deepspeed_allreduce_buffer_"

@@ -10,7 +10,11 @@ GPUs). Every rank prints one `DLTUTOR_METRICS {json}` line with its groups; rank
 the checks and the timings. Rank 0 prints every rank's host, whether the intra-node groups are the
 real hosts (a Slurm job of nodes x --per-node ranks) or pretend ones (all ranks on one machine), and
 what joins the nodes, from their addresses: on the course's test cluster the nodes are loopback
-addresses of one machine, so even real groups see the same link inside and between nodes.
+addresses of one machine, so even real groups see the same link inside and between nodes. Started
+with `scripts/slurm_local.sh start --nodes 2 --link 100mbit`, each node of that cluster has a network
+of its own and a capped link to the other: rank 0 then also prints the bytes each node sent to the
+other per all-reduce of the largest size, counted by the node's interface (dltutor.allreduce.link),
+beside the model's 2(N-1)/N x D for the flat ring and 2(M-1)/M x D for the 2-D one.
 
 Launch forms (run in this lab's folder):
     python hierarchical_allreduce.py --tiny                          # 1 process: 1 node of 1 rank
@@ -32,6 +36,7 @@ import torch.distributed as dist  # DDP:
 
 from dltutor.allreduce import collectives as C
 from dltutor.allreduce import hierarchical as H
+from dltutor.allreduce import link as L
 from dltutor.allreduce.sweep import (add_sweep_flags, link_line, node_link, process_group,
                                     over_passes, result_row)
 from dltutor.core import dist as ddist
@@ -40,6 +45,7 @@ from dltutor.core.device import device, hardware_label
 from dltutor.core.units import fmt_bytes
 
 TINY_SIZES = "1KiB,64KiB,1MiB"
+LINK_CALLS = 3          # all-reduces of the largest size whose inter-node bytes are counted
 
 
 def parse_args(argv=None):
@@ -51,6 +57,27 @@ def parse_args(argv=None):
                     help="odd length of the correctness check")
     flags.add_tiny(ap, {"sizes": flags.byte_sizes(TINY_SIZES), "iters": 3, "warmup": 1, "passes": 1})
     return flags.parse(ap, argv)
+
+
+def count_link_bytes(algs, nbytes, hosts, real, per_node, say) -> dict:
+    """Bytes each node sent to the other nodes per all-reduce of `nbytes`, as its network interface
+    counted them (dltutor.allreduce.link), beside the model's figure; None where nothing crosses a
+    network (one node, or nodes that are one machine's loopback addresses)."""
+    buf = torch.zeros(nbytes // 4, dtype=torch.float32, device=device())
+    measured = {name: L.inter_node_bytes(lambda f=f: f(buf), LINK_CALLS, hosts)  # DDP: collective
+                for name, f in algs.items()}
+    nodes = len(set(hosts))
+    model = {name: L.modelled_bytes(name, nodes, per_node, nbytes) if real else None for name in algs}
+    if None in measured.values():
+        say(f"# bytes between nodes: not counted ({'one node' if nodes < 2 else 'the nodes share one loopback'}: "
+            "no network interface carries them)")
+    else:
+        say(f"# bytes each node sent to the other nodes per all-reduce of {fmt_bytes(nbytes)} "
+            f"(counted on its interface, {LINK_CALLS} calls; D = {fmt_bytes(nbytes)}):")
+        for name, got in measured.items():
+            want = f", model {model[name] / nbytes:.2f} x D" if model[name] else ""
+            say(f"#   {name:<13} {fmt_bytes(int(got))} = {got / nbytes:.2f} x D{want}")
+    return {"bytes": nbytes, "calls": LINK_CALLS, "measured": measured, "model": model}
 
 
 def main(argv=None) -> int:
@@ -88,9 +115,10 @@ def main(argv=None) -> int:
             lo, hi = r["time_range_s"]
             say(f"{fmt_bytes(r['bytes']):>9} {r['algorithm']:<13} {lo * 1e6:11.1f} {r['busbw_GBps']:11.3f}"
                 f"  {lo * 1e6:10.0f}..{hi * 1e6:.0f}")
+        link_bytes = count_link_bytes(algs, max(a.sizes), hosts, real, per_node, say)
         extra = {} if rank else {"per_node": per_node, "nodes": n // per_node, "checks": checks,
                                  "hosts": hosts, "groups_on_hosts": real, "link": node_link(hosts),
-                                 "results": rows, "hardware": hardware_label(),
+                                 "link_bytes": link_bytes, "results": rows, "hardware": hardware_label(),
                                  "backend": dist.get_backend(), "device": str(device())}
         ddist.report(groups=groups, **extra)
         failed = [k for k, v in checks.items() if not v]
