@@ -404,7 +404,7 @@ while [ "$action" = start ] && [ $# -gt 0 ]; do
     --nodes) NODES=${2:-}; shift 2 || die "--nodes needs a number"
       [[ "$NODES" =~ ^[1-9][0-9]?$ ]] || die "--nodes takes a number of nodes from 1 to 99, not '$NODES'" ;;
     --link) LINK=${2:-}; shift 2 || die "--link needs a rate (100mbit, 1gbit) or 'unlimited'"
-      [[ "$LINK" =~ ^([0-9]+(\.[0-9]+)?(kbit|mbit|gbit)|unlimited)$ ]] \
+      [[ "$LINK" =~ ^(([1-9][0-9]*(\.[0-9]+)?|0\.[0-9]+)(kbit|mbit|gbit)|unlimited)$ ]] \
         || die "--link takes a rate in tc's units (100mbit, 1gbit) or 'unlimited', not '$LINK'" ;;
     *) die "unknown option '$1' (start [--nodes N] [--link RATE])" ;;
   esac

@@ -32,6 +32,7 @@ tbf_args() {  # tc tbf arguments for the rate: a burst of 10 ms at that rate (at
 make_link() {  # the bridge, then per node: namespace, veth pair (eth0 inside), address, cap
   local br name addr port ns veth
   br=$(bridge_name)
+  echo "$LINK $SUBNET" > "$STATE/link"   # first: a start that dies half-way is cleaned by `stop`
   ip link add "$br" type bridge || die "could not create the bridge $br (needs root and CAP_NET_ADMIN)"
   ip addr add "$SUBNET.1/24" dev "$br" && ip link set "$br" up
   while read -r name addr port; do
@@ -42,11 +43,11 @@ make_link() {  # the bridge, then per node: namespace, veth pair (eth0 inside), 
     ip -n "$ns" addr add "$addr/24" dev eth0
     ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up
     if [ "$LINK" != unlimited ]; then   # both directions: into the node (our end), out of it (eth0)
-      tc qdisc add dev "$veth" root tbf $(tbf_args "$LINK") || die "tc refused the rate '$LINK'"
+      tc qdisc add dev "$veth" root tbf $(tbf_args "$LINK") \
+        || die "tc refused the rate '$LINK'; \`$0 stop\` removes what was made"
       tc -n "$ns" qdisc add dev eth0 root tbf $(tbf_args "$LINK")
     fi
   done < "$STATE/nodes"
-  echo "$LINK $SUBNET" > "$STATE/link"
   say "link: node1..node$NODES in network namespaces on bridge $br ($SUBNET.0/24), each node's link $LINK"
 }
 
