@@ -252,8 +252,11 @@ def _batched_rank(rank: int, world: int, folder: str) -> None:
 def test_batched_point_to_point_sums_like_all_reduce_on_gloo(tmp_path, world):
     import json
     import torch.multiprocessing as mp
+    # forkserver: one server imports torch once and forks every rank of the three worlds from it
+    # (spawn paid torch's import in each of the 9 ranks; fork would copy this worker's threads)
+    mp.set_forkserver_preload(["torch", "torch.distributed", "dltutor.allreduce.collectives"])
     mp.start_processes(_batched_rank, args=(world, str(tmp_path)), nprocs=world,
-                       start_method="spawn")
+                       start_method="forkserver")
     for r in range(world):
         out = json.loads((tmp_path / f"rank{r}.json").read_text())
         assert out["bad"] == [] and out["batches"] > 0, (r, out)
