@@ -6,13 +6,17 @@ sizes into `results` and names `best_batch_size`. `check(...)` does not trust th
 
   * it calls the student's `measure` itself on every size and, right after each call, measures
     the same set-up with the library (`reference`: a fresh model, the same steps and warm-up);
-  * the two must be within NOISE = 3x of each other (both ways), and so must the student's
-    `results[bs]` (measured earlier, in their own cell) against the check's numbers. Why 3x: the
-    course's smallest machine is a shared 2-core CPU where a few timed steps of one set-up, run
-    twice, have differed by tens of percent, and by much more while other processes fight for the
-    cores; a number that is not a measurement of this set-up (typed in, another model, images per
-    step instead of per second) is usually off by far more. A size that disagrees is measured again
+  * the two must be within NOISE = 3x of each other (both ways). Why 3x: the course's smallest
+    machine is a shared 2-core CPU where a few timed steps of one set-up, run twice, have differed
+    by tens of percent, and by much more while other processes fight for the cores; a number that
+    is not a measurement of this set-up (typed in, another model, seconds per step instead of
+    images per second) is usually off by far more. A size that disagrees is measured again
     (ATTEMPTS in all: a burst of load passes) before the verdict says so;
+  * the student's `results[bs]` was measured earlier, in their own cell, under whatever load the
+    machine had then, so it gets a wider band: within RESULTS_NOISE = 10x of the check's numbers.
+    Why 10x: in one `make test` run (two test workers and their launches on 2 cores) results[64]
+    was 274.8 img/s and the check measured 842 to 967 img/s a minute later, 3.1x to 3.5x apart;
+    the numbers typed in that this band is for (1, 2, 3) are hundreds of times off;
   * a measurement never repeats to the last digit: a `measure` that returns the same float twice
     (for one size, or for two sizes, or the value already in `results`) returns a number, it does
     not measure;
@@ -35,6 +39,7 @@ from dltutor.grading.verdict import from_problems, not_yet
 
 EXERCISE = "01-batch-size"
 NOISE = 3.0              # the student's img/s and the check's may differ by this factor, no more
+RESULTS_NOISE = 10.0     # results[bs], measured earlier in the student's cell, against the check's
 ATTEMPTS = 3             # measurements of a size that disagrees beyond NOISE, before "wrong"
 MIN_SIZES = 3
 SOLUTION = "01_cifar10/solutions/batch_size.py"
@@ -148,10 +153,11 @@ def _mismatch(bs, theirs: list, refs: list[dict], results: dict) -> list[str]:
                    f"set-up right after it {_several(lib)} (more than {NOISE:g}x apart): time a "
                    "fresh model on a DeviceLoader at that batch size with speed.measure_throughput")
     mine, band = _number(results.get(bs)), got + lib
-    if bs in results and (mine is None or not min(band) / NOISE <= mine <= max(band) * NOISE):
+    if bs in results and (mine is None or
+                          not min(band) / RESULTS_NOISE <= mine <= max(band) * RESULTS_NOISE):
         out.append(f"results[{bs}] is {results[bs]!r}, but measure({bs}) and the check measured "
-                   f"{fmt(min(band))} to {fmt(max(band), 'img/s')} (more than {NOISE:g}x apart): "
-                   f"put what measure({bs}) returns in results, not a number typed in")
+                   f"{fmt(min(band))} to {fmt(max(band), 'img/s')} (more than {RESULTS_NOISE:g}x "
+                   f"apart): put what measure({bs}) returns in results, not a number typed in")
     return out
 
 
