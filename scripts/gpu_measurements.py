@@ -77,11 +77,17 @@ def matmul_roof(m: dict) -> list[str]:
     return out + _table(["product", "M x K x N", "TFLOP/s", "of the roof", "of 790"], rows)
 
 
+def _rates(m: dict, side: str) -> str:
+    return ", ".join(f"{r['img_per_s']}" for r in (m.get("runs") or {}).get(side, [])) or "-"
+
+
 def hvd_upstream(m: dict) -> list[str]:
     return [f"### Lab 03 vs Horovod's own example ({m['device']})", "",
             f"`bench/bench_hvd_upstream.py`, {' '.join(m['args'])}: lab 03 "
             f"{m['lab_img_per_s']:.1f} img/s, Horovod's example {m['upstream_img_per_s']:.1f} "
-            f"img/s, ratio {m['ratio']} (goal >= {m['goal']}). Reference, not measured here: "
+            f"img/s (medians), ratio {m['ratio']} (goal >= {m['goal']}). The runs, alternating: "
+            f"lab 03 {_rates(m, 'lab')}; the example {_rates(m, 'upstream')} img/s. "
+            f"Reference, not measured here: "
             f"seed 001, 1 x V100, ResNet-50 batch 64: {m['seed_v100_img_per_s']} img/s."]
 
 

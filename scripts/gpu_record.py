@@ -43,7 +43,7 @@ def render_markdown(info: dict, results: list[Result], measurements=(), notes=()
     lines = [f"# GPU verification: {info['host']}, {info['date']}", "",
              f"{counts}. Written by `make gpu-check` (scripts/gpu_check.py).", "",
              "| fact | value |", "|---|---|"]
-    gpus = f"{info.get('gpus')} x {', '.join(sorted(set(info.get('gpu_names') or [])))}"
+    gpus = gpus_text(info)
     python = f"{info.get('python')} ({info.get('python_path')})"
     for key, value in (("GPUs", gpus), ("compute capability", info.get("capability")),
                        ("driver", info.get("driver")), ("CUDA (torch)", info.get("cuda")),
@@ -62,6 +62,20 @@ def render_markdown(info: dict, results: list[Result], measurements=(), notes=()
     if measurements:
         lines += ["", render_measurements(list(measurements))]
     return "\n".join(lines) + "\n"
+
+
+def machine(facts: dict) -> str:
+    """'1 x NVIDIA H100 80GB HBM3': the GPUs of one check."""
+    return f"{facts.get('gpus')} x {', '.join(sorted(set(facts.get('gpu_names') or ['?'])))}"
+
+
+def gpus_text(info: dict) -> str:
+    """The GPUs fact: one machine, or each machine a merged record's checks ran on, with its date."""
+    machines = info.get("machines") or []
+    if len({m["gpus"] for m in machines}) < 2:
+        return machine(info)
+    return "; ".join(f"{m['gpus']} (first check {m['date']})" for m in machines) + \
+        " (a row run on another than the first says so in its detail)"
 
 
 def summary(results: list[Result]) -> str:
@@ -87,8 +101,10 @@ def update_readme(readme: Path, record: Path, info: dict, results: list[Result])
     """Point the README's "Last verified on a GPU" line at `record`; False if the line is absent."""
     text = readme.read_text()
     rel = os.path.relpath(record, readme.parent)
-    line = (f"{README_MARK} [{info['date'][:10]}, {info['host']}, {info['gpus']} x "
-            f"{(info.get('gpu_names') or ['?'])[0]}]({rel}): {summary(results)}.")
+    gpus = " and ".join(dict.fromkeys(m["gpus"] for m in info.get("machines") or [])) \
+        or machine(info)
+    line = (f"{README_MARK} [{info['date'][:10]}, {info['host']}, {gpus}]({rel}): "
+            f"{summary(results)}.")
     new, n = re.subn(rf"^{re.escape(README_MARK)}.*$", line, text, count=1, flags=re.M)
     if n:
         readme.write_text(new)
@@ -101,16 +117,35 @@ def load(path: Path) -> tuple[dict, list[Result]]:
     return data["facts"], [Result(**r) for r in data["results"]]
 
 
+def load_measurements(path: Path) -> list[dict]:
+    """The measurements a (merged) record's .json already holds."""
+    return json.loads(Path(path).read_text()).get("measurements") or []
+
+
 def merge(paths) -> tuple[dict, list[Result]]:
     """One record from several: facts of the first, rows in first-seen order, a later row of the
-    same name replacing an earlier one (its detail says from which check it came)."""
+    same name replacing an earlier one (its detail says from which check it came). A check on
+    another machine (other GPUs) is listed in the facts' `machines`, and each of its rows names
+    that machine; a package the first check lacked is taken from the check that had it."""
     info, rows = None, {}
     for path in paths:
         facts, results = load(path)
-        info = info or facts
+        if info is None:
+            info = {**facts, "machines": facts.get("machines")
+                    or [{"gpus": machine(facts), "date": facts["date"]}]}
+        other = machine(facts) != machine(info)
+        if other and machine(facts) not in {m["gpus"] for m in info["machines"]}:
+            info["machines"].append({"gpus": machine(facts), "date": facts["date"]})
+        for k in PACKAGES:
+            if not info.get(k) and facts.get(k):
+                info[k] = f"{facts[k]} (on {machine(facts)})" if other else facts[k]
         for r in results:
+            where = f"on {machine(facts)}, {facts['date'][:16]}: " if other else ""
             if r.name in rows:
-                r.detail = f"after {rows[r.name].status} in an earlier check: {r.detail}".rstrip(": ")
+                r.detail = f"after {rows[r.name].status} in an earlier check: {where}{r.detail}"
+            else:
+                r.detail = where + r.detail
+            r.detail = r.detail.rstrip(": ")
             rows[r.name] = r
     return info, list(rows.values())
 
@@ -155,7 +190,8 @@ def main(argv=None) -> int:
         name, _, why = item.partition("=")
         if name not in by:
             results.append(Result(name, "notebook", f"not run: {why or 'no reason given'}"))
-    measurements = [json.loads(p.read_text()) for p in args.measurement]
+    measurements = [m for p in args.records for m in load_measurements(p)]
+    measurements += [json.loads(p.read_text()) for p in args.measurement]
     md, _ = write_record(info, results, args.out, measurements, args.note)
     linked = update_readme(args.readme, md, info, results)
     print(f"{summary(results)}; record {md}{'' if linked else ' (README line absent)'}")

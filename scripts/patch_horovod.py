@@ -31,6 +31,9 @@ The edits, and why:
   6. horovod/common/group_table.h uses std::string without including <string>; GCC 12's headers
      brought it in by the way, GCC 13's do not ("'string' in namespace 'std' does not name a
      type", seen on a GPU node with GCC 13.3) -> include it.
+  7. horovod/common/common.h throws std::logic_error without including <stdexcept>; with GCC 13's
+     headers every file that includes common.h stops ("'logic_error' is not a member of 'std'",
+     found by compiling the GPU build's sources against libstdc++ 13.3's headers) -> include it.
 """
 from __future__ import annotations
 
@@ -81,6 +84,9 @@ EDITS = [
     ("horovod/common/group_table.h", "include <string> (GCC 13 no longer brings it in)",
      r"^(#include <mutex>[ \t]*)$", r"\1\n#include <string>  // " + MARK + ": GCC 13",
      "#include <string>  // " + MARK),
+    ("horovod/common/common.h", "include <stdexcept> (GCC 13 no longer brings it in)",
+     r"^(#include <memory>[ \t]*)$", r"\1\n#include <stdexcept>  // " + MARK + ": GCC 13",
+     "#include <stdexcept>  // " + MARK),
 ]
 
 

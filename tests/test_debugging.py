@@ -149,3 +149,15 @@ def test_the_launcher_names_the_killed_rank(backend):
     if backend == "torchrun":
         assert any("-9" in ln for ln in runs.launcher_lines(out, ("exitcode",))), runs.launcher_lines(out)
     _nothing_left(out)
+
+
+def test_a_killed_run_that_never_reached_its_kill_is_one_clear_error(tmp_path):
+    # seen on the H200 node: torchrun refused a flag and ran no rank; the finding then failed
+    # on a None time instead of saying the run showed nothing about a kill
+    from dltutor.debug import findings
+    from dltutor.debug.runs import Outcome
+    out = Outcome("kill", failure="torchrun exited with 2: usage: run.py [-h] ...",
+                  log_dir=tmp_path, backend="torchrun")
+    with pytest.raises(RuntimeError, match=r"torchrun: the run ended before any rank reached the "
+                       r"kill.*usage: run\.py.*launcher\.log"):
+        findings.killed(out, "torchrun")

@@ -191,3 +191,47 @@ def test_measurements_print_the_files_numbers():
     assert "| NVIDIA H100 80GB HBM3 | 16 | 128 | bf16 | 19.98 | 1170 | 2.5 | 4 |" in text
     assert "the GPU reached 90 % in 19.98 s, the CPU in 999.0 s: 50 x" in text
     assert "roof is this GPU's own 8192^3 product in this run (732.7 TFLOP/s)" in text
+
+
+def test_a_check_on_another_gpu_is_named_in_its_rows_facts_and_readme(tmp_path):
+    # the H100 checks' record, then an H200 check that built Horovod (issue #24's third check)
+    first = _record(tmp_path, "a", [Result("03_horovod_synthetic_resnet50", "notebook",
+                                           "not run: horovod missing"),
+                                    Result("02_ddp/train.py", "lab", "pass", 0.2, {}, "local")])
+    data = json.loads(first.read_text())
+    data["facts"]["horovod"] = None
+    data["measurements"] = [MATMUL]
+    first.write_text(json.dumps(data))
+    info = {**INFO, "date": "2026-11-26T22:11+00:00", "gpus": 1, "gpu_names": ["NVIDIA H200"],
+            "horovod": "0.28.1+torch2.11.0.cu130.nccl"}
+    _, second = gpu_record.write_record(info, [Result("03_horovod_synthetic_resnet50", "notebook",
+                                                      "pass", 1.0, {}, "fast mode")], tmp_path / "b")
+    merged, rows = gpu_record.merge([first, second])
+    assert [m["gpus"] for m in merged["machines"]] == ["2 x NVIDIA H100 80GB HBM3", "1 x NVIDIA H200"]
+    assert merged["horovod"] == "0.28.1+torch2.11.0.cu130.nccl (on 1 x NVIDIA H200)"
+    assert rows[0].detail == ("after not run: horovod missing in an earlier check: "
+                              "on 1 x NVIDIA H200, 2026-11-26T22:11: fast mode")
+    assert rows[1].detail == "local"                                  # the first machine's row
+    readme = tmp_path / "README.md"
+    readme.write_text(f"x\n{gpu_record.README_MARK} none yet\n")
+    assert gpu_record.main(["merge", str(first), str(second), "--out", str(tmp_path / "out"),
+                            "--readme", str(readme)]) == 0
+    text = (tmp_path / "out" / "2026-11-26-gpu-node-7.md").read_text()
+    assert ("| GPUs | 2 x NVIDIA H100 80GB HBM3 (first check 2026-11-26T13:10+00:00); "
+            "1 x NVIDIA H200 (first check 2026-11-26T22:11+00:00)") in text
+    assert "| 8192^3 | 8192 x 8192 x 8192 | 732.7 |" in text          # the first's measurements kept
+    assert "2 x NVIDIA H100 80GB HBM3 and 1 x NVIDIA H200](out/2026-11-26-gpu-node-7.md): 2 pass" \
+        in readme.read_text()
+
+
+def test_the_horovod_ratio_shows_every_run_beside_the_medians():
+    import gpu_measurements
+    m = {"bench": "hvd_upstream", "device": "NVIDIA H200", "args": ["--model", "resnet50"],
+         "runs": {"lab": [{"img_per_s": 1650.6}, {"img_per_s": 1576.9}],
+                  "upstream": [{"img_per_s": 1381.0}, {"img_per_s": 1360.4}]},
+         "lab_img_per_s": 1613.75, "upstream_img_per_s": 1370.7, "ratio": 1.1773, "goal": 0.95,
+         "seed_v100_img_per_s": 336.0}
+    text = "\n".join(gpu_measurements.hvd_upstream(m))
+    assert "lab 03 1613.8 img/s, Horovod's example 1370.7 img/s (medians), ratio 1.1773" in text
+    assert "lab 03 1650.6, 1576.9; the example 1381.0, 1360.4 img/s" in text
+    assert "Reference, not measured here: seed 001, 1 x V100" in text

@@ -5,6 +5,7 @@ CUDA calls are mocked; what only a GPU can show is `make gpu-check`'s job."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -275,16 +276,37 @@ def test_an_arch_list_deepspeed_cannot_read_is_replaced(monkeypatch):
     assert os.environ["TORCH_CUDA_ARCH_LIST"] == "9.0" and os.environ["DS_ACCELERATOR"] == "cuda"
 
 
-def test_the_horovod_patch_includes_string_for_gcc_13(tmp_path):
+@pytest.mark.parametrize("rel, before, include", [
     # GCC 13.3 on the H100 node: group_table.h used std::string without <string>
+    ("horovod/common/group_table.h", "#include <mutex>", "<string>"),
+    # libstdc++ 13.3's headers: common.h throws std::logic_error without <stdexcept>
+    ("horovod/common/common.h", "#include <memory>", "<stdexcept>"),
+])
+def test_the_horovod_patch_adds_the_includes_gcc_13_needs(tmp_path, rel, before, include):
     sys.path.insert(0, str(course_root().parent / "scripts"))
-    import patch_horovod
-    src = tmp_path / "horovod-0.28.1"
-    for rel, *_ in patch_horovod.EDITS:
-        (src / rel).parent.mkdir(parents=True, exist_ok=True)
-    header = src / "horovod/common/group_table.h"
-    header.write_text("#include <mutex>\n#include <queue>\nstd::string x;\n")
-    edit = next(e for e in patch_horovod.EDITS if e[0] == "horovod/common/group_table.h")
     import re
+
+    import patch_horovod
+    header = tmp_path / rel
+    header.parent.mkdir(parents=True)
+    header.write_text(f"{before}\n#include <queue>\nstd::string x;\n")
+    edit = next(e for e in patch_horovod.EDITS if e[0] == rel)
     patched = re.sub(edit[2], edit[3], header.read_text(), count=1, flags=re.M)
-    assert patched.startswith("#include <mutex>\n#include <string>  // dltutor-patch: GCC 13\n")
+    assert patched.startswith(f"{before}\n#include {include}  // dltutor-patch: GCC 13\n")
+
+
+def test_torchrun_is_given_only_flags_torch_2_11_knows(tmp_path):
+    # torch 2.11 on the H200 node (2026-11-26) had no --log-line-prefix-template: torchrun printed
+    # its usage, ran no rank, and notebook 08's killed-rank cell failed. tests/seen/ holds that
+    # torchrun's --help, as printed there.
+    import re
+
+    from dltutor.launch.backends import TorchrunBackend
+    seen = (Path(__file__).parent / "seen" / "torchrun_help_torch2.11.txt").read_text()
+    assert seen.rstrip().endswith("2.11.0+cu130")
+    known = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", seen))
+    cmd, extra = TorchrunBackend().command("/x/lab.py", 2, ["--tiny"], port=29500,
+                                           log_dir=tmp_path, python="python")
+    flags = {a for a in cmd[:cmd.index("/x/lab.py")] if a.startswith("--")}
+    assert flags and flags <= known, flags - known
+    assert extra["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]:"

@@ -156,6 +156,10 @@ def nonfinite(out, scaled=None) -> list[str]:
 
 def killed(out, label: str) -> list[str]:
     d = diagnose.killed(out)
+    if d["launcher_after_s"] is None:
+        raise RuntimeError(f"{label}: the run ended before any rank reached the kill, so it shows "
+                           f"nothing about a killed rank: {d['message'] or 'no error given'}. "
+                           f"Read {out.log_dir}/launcher.log, fix what it says, and run the cell again.")
     surv = "; ".join(f"rank {r} after {a:.2f} s: {m}" for r, (a, m) in d["survivors"].items())
     return [f"{label}: the survivors noticed — {surv or 'nothing raised'}; the launcher returned "
             f"{d['launcher_after_s']:.2f} s after the kill and blamed rank(s) {d['blamed']}: "

@@ -72,9 +72,10 @@ class TorchrunBackend(Backend):
         cmd = [python, "-m", "torch.distributed.run", "--nnodes", "1",
                "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
                "--master-port", str(port), "--max-restarts", "0",
-               "--log-dir", str(Path(log_dir) / "torchrun"), "--tee", "3",
-               "--log-line-prefix-template", "[rank${rank}]:", script, *args]
-        return cmd, {}
+               "--log-dir", str(Path(log_dir) / "torchrun"), "--tee", "3", script, *args]
+        # the prefix by its variable: torchrun's --log-line-prefix-template flag is newer than
+        # the variable (torch 2.11 on the H200 node printed its usage and ran no rank)
+        return cmd, {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:"}
 
     def split(self, line):
         m = self._line.match(line)
