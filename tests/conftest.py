@@ -2,12 +2,14 @@
 
 Set here, at import, so that kernels started by nbval and processes started by tests inherit them.
 """
+import atexit
 import functools
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,11 @@ os.environ.setdefault("PYTHONUNBUFFERED", "1")
 # tests/test_train.py::test_synthetic_data_is_learnable beside one busy core took 25.7 s with two
 # threads and 12.4 s with one (8.9 s alone with two). Launches set their ranks' own count.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The checks the tests run keep their tries in a history of this test process, never in the
+# tester's home (dltutor.grading.attempts); kernels and ranks started by the tests inherit it.
+_ATTEMPTS = tempfile.mkdtemp(prefix="dltutor-attempts-")
+atexit.register(shutil.rmtree, _ATTEMPTS, True)
+os.environ.setdefault("DLTUTOR_ATTEMPTS", os.path.join(_ATTEMPTS, "attempts.jsonl"))
 
 ROOT = Path(__file__).resolve().parents[1]
 

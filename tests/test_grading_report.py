@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from dltutor import cli
-from dltutor.grading import report, verdict
+from dltutor.grading import attempts, report, verdict
 from dltutor.grading.catalog import EXERCISES
 from dltutor.grading.handout import gitpuller_link
 
@@ -125,9 +125,11 @@ def test_csv_and_html(classroom, tmp_path):
     rep = report.collect(classroom)
     rows = list(csv.DictReader(io.StringIO(rep.csv(tmp_path / "out.csv"))))
     assert (tmp_path / "out.csv").read_text() == rep.csv()
-    assert list(rows[0]) == ["student", "exercise", "notebook", "status", "message"]
+    assert list(rows[0]) == ["student", "exercise", "notebook", "status", "attempts",
+                             "first_solved", "message"]
     assert {"student": "bob", "exercise": "04-zero1", "notebook": "04_deepspeed_out_of_core_bert.ipynb",
-            "status": "wrong", "message": "rank 1: exp_avg differs by 1e-3"} in rows
+            "status": "wrong", "attempts": "", "first_solved": "",
+            "message": "rank 1: exp_avg differs by 1e-3"} in rows
     assert len([r for r in rows if r["student"] == "ada"]) == len(EXERCISES)
     page = rep._repr_html_()
     assert page.split("<tbody>")[1].count("<tr><th>") == 3 and all(e.id in page for e in EXERCISES)
@@ -163,6 +165,55 @@ def test_cli_report_bad_folder(tmp_path, capsys, make):
     assert err.startswith("python -m dltutor report: ") and len(err.strip().splitlines()) == 1
 
 
+# ---------------------------------------------------------------- tries and first solved
+@pytest.fixture()
+def history(tmp_path, monkeypatch):
+    path = tmp_path / "home" / ".local/share/dltutor/attempts.jsonl"
+    monkeypatch.setenv(attempts.ENV, str(path))
+    return path
+
+
+def test_show_keeps_every_try_and_the_first_solved_time(history, capsys):
+    shown = [verdict.not_yet("02-ddp", "skeleton"), verdict.wrong("02-ddp", "summed"),
+             verdict.solved("02-ddp", "ok"), verdict.wrong("02-ddp", "broke it again"),
+             verdict.solved("05-reduce-scatter", "ok"), verdict.solved("02-ddp", "ok", reference=True)]
+    for v in shown:
+        v.show()
+    records = [v.record() for v in shown]
+    assert [r.get("attempts") for r in records] == [0, 1, 2, 3, 1, None]  # not yet and the reference don't count
+    assert records[1]["first_solved"] is None and records[2]["first_solved"] == records[2]["time"]
+    assert records[3]["first_solved"] == records[2]["time"]      # a later wrong keeps it
+    assert "attempts" not in records[5] and len(history.read_text().splitlines()) == 5
+    assert attempts.summary(attempts.history("02-ddp")) == {"attempts": 3,
+                                                            "first_solved": records[2]["time"]}
+
+
+def test_a_history_that_cannot_be_written_still_shows_the_verdict(tmp_path, monkeypatch, capsys):
+    (tmp_path / "f").write_text("a file where the folder should be")
+    monkeypatch.setenv(attempts.ENV, str(tmp_path / "f" / "attempts.jsonl"))
+    assert verdict.wrong("02-ddp", "summed").show() is False
+    assert capsys.readouterr().out == "wrong: summed\n"
+
+
+def test_report_shows_tries_and_first_solved_even_when_the_last_check_is_wrong(history, tmp_path,
+                                                                              capsys):
+    outs = []
+    for v in (verdict.wrong("04-zero1", "a"), verdict.wrong("04-zero1", "b"),
+              verdict.solved("04-zero1", "c"), verdict.wrong("04-zero1", "d")):
+        v.show()
+        outs.append(_output(v))
+    # the check cell re-run four times: only its last output is saved, the tally is not lost
+    _notebook(tmp_path / "class/eve/04_deepspeed_out_of_core_bert.ipynb", [outs[-1]])
+    row = report.collect(tmp_path / "class").cell("eve", "04-zero1")
+    solved_at = outs[2]["metadata"][verdict.RECORD_KEY]["time"]
+    assert (row.status, row.attempts, row.first_solved) == ("wrong", 4, solved_at)
+    rep = report.collect(tmp_path / "class")
+    assert {"attempts": "4", "first_solved": solved_at}.items() <= next(
+        r for r in csv.DictReader(io.StringIO(rep.csv())) if r["exercise"] == "04-zero1").items()
+    assert f"eve 04-zero1: {solved_at} (4 tries); its last check is not solved" in rep.text()
+    assert "WRONG (4 tries)" in rep.text() and "first solved " + solved_at in rep.html()
+
+
 # ---------------------------------------------------------------- a real kernel
 def test_show_in_a_kernel_records_into_the_saved_notebook(tmp_path):
     from nbclient import NotebookClient
@@ -180,6 +231,7 @@ def test_show_in_a_kernel_records_into_the_saved_notebook(tmp_path):
     rep = report.collect(tmp_path)
     assert rep.cell("dana", "04-zero1").status == "wrong"
     assert rep.cell("dana", "04-zero1").message == "rank 1: x differs by 1e-3"
+    assert rep.cell("dana", "04-zero1").attempts >= 1       # the kernel's show() kept the try
 
 
 # ---------------------------------------------------------------- the hand-out link

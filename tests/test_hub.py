@@ -201,6 +201,7 @@ def test_notebook_02_through_a_jupyterhub_slurm_portal(slurm_cluster, tmp_path):
         _save(server, auth, mine, nb)
         row = _report(homes, tmp_path / "report.csv")[(user, "02-ddp")]
         assert row["status"] == "solved", (row, text_of(check.outputs))
+        assert int(row["attempts"]) >= 1 and row["first_solved"], row     # the tries, kept
 
         hub.call("DELETE", f"/users/{user}/server")
         hub.wait_server(user, ready=False, timeout=120)

@@ -159,6 +159,19 @@ def test_exercise_check_runs_the_answer_against_measured_timelines():
     assert starve.check_starved(set(), close) and starve.check_starved({"even"}, close)
 
 
+def test_exercise_check_reads_one_run_name_as_a_set_of_one(capsys):
+    timelines = {"mlp + files/w0": [dict(wait_s=1, compute_s=1), dict(wait_s=0.9, compute_s=0.1)],
+                 "mlp + memmap/w0": [dict(wait_s=1, compute_s=1), dict(wait_s=0.1, compute_s=0.9)]}
+    assert starve.check_starved("mlp + files/w0", timelines)           # a bare string: one name
+    assert "Unknown run name" not in capsys.readouterr().out
+    assert not starve.check_starved("mlp + memmap/w0", timelines)
+    assert "WRONG" in capsys.readouterr().out
+    assert not starve.check_starved({}, timelines)                     # {} read as the empty set
+    assert "WRONG mlp + files/w0" in capsys.readouterr().out
+    assert not starve.check_starved(3, timelines)
+    assert "set it to a set of run names" in capsys.readouterr().out
+
+
 def test_lab_on_two_gloo_ranks_reads_each_sample_once(tmp_path):
     root = bench.prepare(tmp_path / "data", n=96, fmts=("shards", "memmap"), per_shard=16)
     result = runs.run_lab(2, root, samples=96, per_shard=16, fmts=("shards", "memmap"), batch_size=16,

@@ -101,7 +101,23 @@ def test_notebook_01_prints_each_finding():
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     for call in ("single_findings.curves(", "single_findings.speed("):
         assert f"findings.show({call}" in code, f"notebook 01 should print {call}...)"
+    assert code.count("[single_findings.bottleneck(rows)]") == 2, "notebook 01 should print the bottleneck"
     # the batch-size exercise: its check re-measures and prints the ranking with its spreads
     # (dltutor.single.exercise), for the student's code and for the course's solution
     for call in ("batch_exercise.check(measure,", "batch_exercise.check_solution(setup)"):
         assert call in code, f"notebook 01 should run {call}...)"
+
+
+def test_bottleneck_says_which_case_this_run_was_in_from_its_rows():
+    """Printed from the speed table, either way: a CPU run can be limited by its input pipeline."""
+    pipeline = sf.bottleneck(rows(100.0, 1796.0, 900.0, 950.0))    # 2 workers 17.96x: as seen on a CPU
+    assert pipeline.startswith("Bottleneck in this run: the input pipeline.")
+    assert "DataLoader, 2 workers (17.96x) and data on device (9.00x) beat DataLoader, 0 workers" in pipeline
+    compute = sf.bottleneck(rows(300.0, 150.0, 298.0, 290.0))
+    assert compute.startswith("Bottleneck in this run: the model's compute.")
+    assert "DataLoader, 2 workers (0.50x) fell behind" in compute and "competed" in compute
+    assert "data on device" not in compute                          # inside the spreads: not named
+    tie = sf.bottleneck(rows(100.0, 102.0, 101.0, 103.0, spread=5.0))
+    assert INCONCLUSIVE in tie and "Bottleneck in this run" not in tie
+    missing = sf.bottleneck([r for r in rows(1.0, 2.0, 3.0, 4.0) if "0 workers" not in r["variant"]])
+    assert "not known" in missing

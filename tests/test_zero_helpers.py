@@ -105,17 +105,6 @@ def test_budget_rows_put_the_plain_run_first_with_its_formula():
     assert rows[1] == dict(run="ZeRO-3, 2 ranks", ranks=2, result="trained", formula_MiB=10, held_MiB=10)
 
 
-def test_exercise_check_accepts_the_smallest_d_and_names_the_mistake(capsys):
-    act = dict(s=512, b=1, h=4096, L=48, a=32, k_l=2, k_h=4)   # notebook 04's exercise
-    p = 10_000_000_000
-    memory.check_fitting_d({16: 14, 80: 2}, p, z=3, **act)     # worked out in the solution
-    assert "16 GB GPUs: d = 14 is right" in capsys.readouterr().out
-    with pytest.raises(AssertionError, match="d=10 stage 3 needs .* too few ranks"):
-        memory.check_fitting_d({16: 10}, p, z=3, **act)        # model states only: M_a forgotten
-    with pytest.raises(AssertionError, match="so does d=14"):
-        memory.check_fitting_d({16: 15}, p, z=3, **act)
-
-
 def test_stale_deepspeed_shm_is_cleared_and_live_buffers_kept(tmp_path):
     import mmap
     from dltutor.core.engines import SHM_PREFIX, clear_stale_deepspeed_shm

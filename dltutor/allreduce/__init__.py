@@ -9,7 +9,8 @@
   findings.py      the sentences notebook 05 prints about what this run measured
   landscape.py     the communication libraries of seed 000 (MPI, NCCL, RCCL, oneCCL, Gloo)
   visualizer.py    the ring widget (ipywidgets) and the plots of notebook 05
-  exercise.py      the exercise: one reduce-scatter step on p2p, run on 3 ranks, checked
+  exercise.py      the exercise: one reduce-scatter step on p2p, run on 3 then 4 ranks, checked
+  exercise_judge.py  its judge: each step's messages (one chunk, to the right) and chunks vs the model
   param_server.py  a parameter server beside ring all-reduce (lab ps_bench.py)
   async_sgd.py     asynchronous SGD's stale gradients, simulated in one process
 """

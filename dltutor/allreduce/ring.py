@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dltutor.core.units import MiB, fmt_bytes
+from dltutor.grading.numbers import as_float, as_int, kind
 
 PHASES = ("start", "reduce-scatter", "all-gather")
 
@@ -181,18 +182,52 @@ def ring_final_ok(states: list[RingStep]) -> bool:
     return all(sorted(last.held[r][c]) == list(range(n)) for r in range(n) for c in range(n))
 
 
-def check_ring_exercise(T, owner, n: int = 16, nbytes: int = 256 * MiB, alpha: float = 5e-6,
-                        beta: float = 1e-10) -> bool:
-    """Notebook 05's exercise: the ring's modelled time T (s) and the rank owning complete chunk 0."""
+def _time_problem(T, n: int, nbytes: int, alpha: float, beta: float) -> str | None:
+    """What is wrong with the answer T (seconds) to the ring's modelled time, or None."""
     from dltutor.allreduce.cost import ring_time
-    if T is None or owner is None:
+    expect, t = ring_time(n, nbytes, alpha, beta), as_float(T)
+    if t is None:
+        return f"T is {kind(T)}, not a number: give the time in seconds (a float)"
+    if abs(t - expect) <= 0.01 * expect:
+        return None
+    for factor, unit in ((1e3, "milliseconds"), (1e6, "microseconds")):
+        if abs(t - factor * expect) <= 0.01 * factor * expect:
+            return f"T = {t:g}: is it in {unit}? The answer is asked in seconds"
+    return (f"T = {t:g} s is not right: use T = 2(N-1)*alpha + 2(N-1)/N*D*beta with D in bytes "
+            f"({fmt_bytes(nbytes)} = {nbytes} bytes) and beta = {beta:g} s/byte")
+
+
+def _owner_problem(rank, n: int) -> str | None:
+    """What is wrong with the answer `rank` to "who owns complete chunk 0", or None. Never names
+    the owner, nor the rule that gives it."""
+    r = as_int(rank)
+    if r is None:
+        what = "a rank is a whole number (an int, not a float)" if as_float(rank) is not None \
+            else "not a rank number"
+        return f"the rank is {kind(rank)}: {what}"
+    if not 0 <= r < n:
+        return f"rank {r} is not one of the N = {n} ranks (0 to {n - 1})"
+    if owner_after_reduce_scatter(r, n) != 0:
+        return (f"rank {r} does not hold the complete sum of chunk 0 after the reduce-scatter: "
+                "follow chunk 0 from the rank that sends it first, one hop per step, until it "
+                "has picked up every rank's contribution (the widget above shows each step)")
+    return None
+
+
+def check_ring_exercise(T, chunk0_owner, n: int = 16, nbytes: int = 256 * MiB, alpha: float = 5e-6,
+                        beta: float = 1e-10) -> bool:
+    """Notebook 05's quiz: the ring's modelled time T (s) and the rank owning complete chunk 0.
+    Prints one verdict line per answer (a wrong one says what to reconsider, never the answer)
+    and returns True when both are right."""
+    if T is None or chunk0_owner is None:
         print("Not answered yet: fill in the two values above, then run this cell again.")
         return False
-    expect = ring_time(n, nbytes, alpha, beta)
-    assert abs(T - expect) <= 0.01 * expect, (
-        f"T = {T!r} s is not right: use T = 2(N-1)*alpha + 2(N-1)/N*D*beta with D in bytes "
-        f"({fmt_bytes(nbytes)} = {nbytes} bytes) and beta = {beta:g} s/byte")
-    assert isinstance(owner, int) and owner_after_reduce_scatter(owner, n) == 0, (
-        f"rank {owner!r} does not own chunk 0: rank r ends the reduce-scatter owning chunk (r + 1) mod N")
-    print(f"Both right: T = {expect * 1e3:.2f} ms, and P{owner} owns chunk 0 (A0+…+P0 summed).")
+    problems = [x for x in (_time_problem(T, n, nbytes, alpha, beta),
+                            _owner_problem(chunk0_owner, n)) if x]
+    if problems:
+        print("\n".join(f"Not yet: {x}." for x in problems))
+        return False
+    from dltutor.allreduce.cost import ring_time
+    print(f"Both right: T = {ring_time(n, nbytes, alpha, beta) * 1e3:.2f} ms, and "
+          f"P{as_int(chunk0_owner)} owns chunk 0 (A0+…+P0 summed).")
     return True

@@ -7,7 +7,9 @@ the script on 2 gloo ranks and judges what these helpers recorded:
 
   dataset()          a tiny labelled set (real numbers, made up: a self-check, not a lesson in
                      accuracy) that remembers which samples this rank read, and whether a process
-                     group (torch.distributed or Horovod) was open while it did
+                     group (torch.distributed or Horovod) was open while it did; its size is the
+                     check's (drawn per check, SAMPLES_ENV: never a multiple of the ranks), or
+                     SAMPLES when the script runs by hand
   model()            a small MLP with *random* weights, different on every rank (as without a
                      common seed), so that a missing broadcast shows
   optimizer(params)  SGD with momentum, the same on every rank and in the reference
@@ -29,7 +31,8 @@ from torch.utils.data import Dataset
 
 from dltutor.core import dist
 
-SAMPLES, FEATURES, HIDDEN, CLASSES = 64, 8, 16, 3
+SAMPLES, FEATURES, HIDDEN, CLASSES = 64, 8, 16, 3      # SAMPLES: the size when run by hand
+SAMPLES_ENV = "DLTUTOR_EXERCISE_SAMPLES"     # the size a check drew (dltutor.ddp.exercise_check)
 EPOCHS, PER_RANK_BATCH, LR, MOMENTUM = 2, 8, 0.1, 0.9
 DATA_SEED = 0                 # the data set; DistributedSampler keeps its default seed 0
 CHECKPOINT_ENV = "DLTUTOR_EXERCISE_CHECKPOINT"
@@ -45,12 +48,20 @@ def group_open() -> bool:
                 or (hvd is not None and hvd.is_initialized()))
 
 
-def make_tensors() -> tuple[torch.Tensor, torch.Tensor]:
-    """The data set's inputs and labels: three Gaussian clouds, the same in every process."""
+def samples() -> int:
+    """The data set's size: the one the check drew for this run, else SAMPLES."""
+    raw = os.environ.get(SAMPLES_ENV, "").strip()
+    return int(raw) if raw else SAMPLES
+
+
+def make_tensors(n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The data set's `n` inputs and labels (default: samples()): three Gaussian clouds, the
+    same in every process."""
+    n = samples() if n is None else n
     g = torch.Generator().manual_seed(DATA_SEED)
-    y = torch.randint(0, CLASSES, (SAMPLES,), generator=g)
+    y = torch.randint(0, CLASSES, (n,), generator=g)
     centres = torch.randn(CLASSES, FEATURES, generator=g)
-    return centres[y] + 0.5 * torch.randn(SAMPLES, FEATURES, generator=g), y
+    return centres[y] + 0.5 * torch.randn(n, FEATURES, generator=g), y
 
 
 class TrackedData(Dataset):
@@ -58,11 +69,12 @@ class TrackedData(Dataset):
 
     def __init__(self):
         self.x, self.y = make_tensors()
+        self.size = len(self.y)
         self.seen: list[int] = []
         self.in_group = False
 
     def __len__(self):
-        return SAMPLES
+        return self.size
 
     def __getitem__(self, i):
         self.seen.append(int(i))

@@ -1,55 +1,72 @@
 """In the kernel: run the student's DDP (or Horovod) exercise script on 2 ranks and judge it.
 
     check(path)                 # launch path on 2 gloo ranks, print "passed: ...", "not yet: ..."
-                                # (nothing distributed written) or "wrong: ..." (each thing that
+                                # (the skeleton as handed out) or "wrong: ..." (each thing that
                                 # differs); never raises for those (dltutor.grading.verdict)
     check(solution=True)        # the hidden solution, course/labs/02_ddp/solutions/exercise_ddp.py
 
-What is judged is what the ranks did, recorded by `dltutor.ddp.exercise`, against the library:
-  * a process group was open while the ranks read data;
-  * each rank read exactly the shard DistributedSampler(num_replicas=W, rank=r, seed=0) gives,
-    reshuffled every epoch (set_epoch);
-  * both ranks end with the same weights, and those equal a single process that trains from rank
-    0's initial weights on the same global batches (W x the per-rank batch), to float precision;
-  * exactly one checkpoint, written by rank 0, of the plain model (no "module." prefix);
-  * (DDP) no process group is left open at the end.
-`dltutor.horovod.exercise` uses the same judge with Horovod's wording.
+What is judged is what the ranks did, recorded by `dltutor.ddp.exercise`, by its properties
+(`dltutor.ddp.exercise_judge`), whatever calls produced it: a process group was open while the
+ranks read data; in every epoch each rank read its own shard of the data, the shards covering it
+(its size is drawn per check, `draw_samples()`, and never divides by the ranks: a remainder
+dropped shows), shuffled and reshuffled every epoch; the ranks started equal and end with the same weights, equal
+to one process on the same global batches (gradients averaged, not summed); exactly one
+checkpoint, written by rank 0, of the plain model's final weights; (DDP) no process group left
+open at the end. `dltutor.horovod.exercise` uses the same judge with Horovod's wording.
 """
 from __future__ import annotations
 
+import random
 import tempfile
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from torch.utils.data import DistributedSampler
-
 from dltutor.core import course
 from dltutor.ddp import exercise as ex
+from dltutor.ddp.exercise_judge import finals_of, judge, untouched
 from dltutor.grading import ranks
 from dltutor.grading.verdict import Verdict, from_problems, not_yet, wrong
 
 NPROC = 2
-TOLERANCE = 1e-5       # max |difference| of a weight allowed against the reference
+SIZES = range(40, 90)       # the data set sizes a check draws from (those `fits` keeps)
 
-HINTS = {  # what to write, in the words of the notebook's TODOs
-    "init": "no process group was open while the ranks trained: join it first "
-            "(TODO 1: dist.init_process_group('gloo'), then rank and world size from it)",
-    "shard": "every rank read the whole data set: give each rank its own 1/world_size "
-             "(TODO 2: DistributedSampler(data, num_replicas=world_size, rank=rank) as the "
-             "loader's sampler)",
-    "set_epoch": "every epoch read the same order: call sampler.set_epoch(epoch) at the start "
-                 "of each epoch (TODO 3)",
-    "average": "the ranks end with different weights: their gradients were not averaged "
-               "(TODO 4: model = DDP(model))",
-    "broadcast": "the ranks kept their different random starting weights (DDP(model) copies "
-                 "rank 0's weights to all ranks when it wraps the model; TODO 4)",
-    "rank0": "only rank 0 should write the checkpoint (TODO 5: `if rank == 0:`)",
-    "module": "the checkpoint holds the DDP wrapper's names ('module.0.weight'): save "
-              "model.module.state_dict(), the model inside DDP (TODO 5)",
-    "teardown": "the process group is still open at the end: dist.destroy_process_group() "
-                "(TODO 6)",
+HINTS = {  # what is missing, in the words of the notebook's TODOs (never the code)
+    "init": "no process group was open while the ranks trained: join the group torchrun set "
+            "up first, then ask it for this rank and the world size (TODO 1)",
+    "shard": "every rank read the whole data set: give each rank its own 1/world_size of it, "
+             "with a sampler that knows this rank and the world size (TODO 2)",
+    "no_shuffle": "the data is never shuffled: each rank read its shard in the stored order, "
+                  "the same every epoch (the sampler's shuffle is off)",
+    "set_epoch": "every epoch read the same shuffled order as the epoch before: tell the "
+                 "sampler which epoch begins (its set_epoch), so that it shuffles anew "
+                 "(TODO 3)",
+    "average": "the ranks end with different weights: their gradients were not averaged; wrap "
+               "the model so that its gradients are averaged over the ranks (TODO 4)",
+    "broadcast": "the ranks kept their different random starting weights: every rank must "
+                 "start from rank 0's weights (the DDP wrapper copies them when it wraps the "
+                 "model; TODO 4)",
+    "summed": "each step was world_size times too large: the gradients were summed over the "
+              "ranks, not averaged, or the learning rate was multiplied by world_size (keep "
+              "ex.optimizer's)",
+    "too_small": "each step was world_size times too small: the learning rate was divided by "
+                 "world_size, or the averaged gradients were divided again (keep "
+                 "ex.optimizer's learning rate; average once)",
+    "rank0": "only rank 0 should write the checkpoint: one writer, not every rank (TODO 5)",
+    "module": "the checkpoint holds the DDP wrapper's names ('module.0.weight'): save the "
+              "weights of the model inside the wrapper, not of the wrapper (TODO 5)",
+    "teardown": "the process group is still open at the end: leave it (TODO 6)",
 }
+
+
+def fits(n: int, nproc: int = NPROC, batch: int = ex.PER_RANK_BATCH) -> bool:
+    """A size the check may draw: it leaves a remainder over the ranks, and neither a rank's
+    share rounded down nor up is a whole number of batches (so every rank ends each epoch on a
+    partial batch, and shards of either length take the same number of steps)."""
+    return n % nproc != 0 and (n // nproc) % batch != 0 and (-(-n // nproc)) % batch != 0
+
+
+def draw_samples(rng: random.Random | None = None) -> int:
+    """A fresh data set size for one check (passed to the ranks in ex.SAMPLES_ENV)."""
+    return (rng or random.SystemRandom()).choice([n for n in SIZES if fits(n)])
 
 
 def work_file(name: str = "exercise_ddp.py"):
@@ -57,110 +74,34 @@ def work_file(name: str = "exercise_ddp.py"):
     return ranks.work_file(name)
 
 
-def shard_order(world_size: int, rank: int, epochs: int = ex.EPOCHS) -> list[int]:
-    """The indices a correct rank reads: DistributedSampler's shard, epoch after epoch."""
-    sampler = DistributedSampler(range(ex.SAMPLES), num_replicas=world_size, rank=rank,
-                                 shuffle=True, seed=0)
-    out = []
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        out += list(sampler)
-    return out
-
-
-def reference(init: list[float], world_size: int) -> torch.Tensor:
-    """One process, rank 0's starting weights, the global batches of `world_size` ranks: the
-    samples of global step i are ranks' step-i batches together, which is DistributedSampler's
-    (one replica) order cut into batches of world_size x PER_RANK_BATCH."""
-    model = ex.build_model()
-    init = torch.tensor(init, dtype=torch.float64)
-    torch.nn.utils.vector_to_parameters(init.float(), model.parameters())
-    opt = ex.optimizer(model.parameters())
-    x, y = ex.make_tensors()
-    batch = world_size * ex.PER_RANK_BATCH
-    for epoch in range(ex.EPOCHS):
-        order = shard_order(1, 0, epochs=epoch + 1)[epoch * ex.SAMPLES:]
-        for i in range(0, len(order), batch):
-            idx = torch.tensor(order[i:i + batch])
-            opt.zero_grad()
-            F.cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
-    return ex.flat(model)
-
-
-def _data_problems(finals: list[dict], hints: dict) -> list[str]:
-    world = len(finals)
-    seen = [f["seen"] for f in finals]
-    if all(s == shard_order(world, r) for r, s in enumerate(seen)):
-        return []
-    other = ["the ranks did not read the shards DistributedSampler(data, num_replicas=world_size, "
-             "rank=rank) gives with its defaults (shuffle=True, seed=0); keep those defaults"]
-    n = len(seen[0])
-    if any(len(s) != n for s in seen) or n % ex.EPOCHS:
-        return other
-    per = n // ex.EPOCHS
-    epochs = [[set(s[e * per:(e + 1) * per]) for s in seen] for e in range(ex.EPOCHS)]
-    if per >= ex.SAMPLES or any(sum(map(len, ep)) > len(set().union(*ep)) for ep in epochs):
-        return [hints["shard"]]
-    if all(s[:per] == s[per:2 * per] for s in seen):
-        return [hints["set_epoch"]]
-    return other
-
-
-def _weight_problems(finals: list[dict], hints: dict, explained: bool) -> tuple[list[str], str]:
-    params = [torch.tensor(f["params"], dtype=torch.float64) for f in finals]
-    init = [torch.tensor(f["init"], dtype=torch.float64) for f in finals]
-    spread = max((p - params[0]).abs().max().item() for p in params)
-    if spread > TOLERANCE:
-        same_shift = all(((p - params[0]) - (i - init[0])).abs().max().item() < TOLERANCE
-                         for p, i in zip(params, init))
-        return [hints["broadcast" if same_shift else "average"]], f"ranks differ by {spread:.2e}"
-    ref = reference(finals[0]["init"], len(finals))
-    off = (params[0] - ref).abs().max().item()
-    note = (f"both ranks agree (max |difference| {spread:.1e}) and match one process on the "
-            f"global batch of {len(finals) * ex.PER_RANK_BATCH} (max |difference| {off:.1e})")
-    if off > TOLERANCE and not explained:
-        return [f"the ranks agree, but differ from one process on the same global batches by "
-                f"up to {off:.2e}: keep ex.optimizer, the loss and the loop as given"], note
-    return ([] if off <= TOLERANCE else [f"(so the weights differ from one process on the same "
-                                         f"global batches by up to {off:.2e})"]), note
-
-
-def _checkpoint_problems(events: list[dict], hints: dict) -> list[str]:
-    writers = sorted(e["rank"] for e in events)
-    if not writers:
-        return ["no checkpoint was written: rank 0 should call ex.save_checkpoint(...)"]
-    out = [] if writers == [0] else [f"rank(s) {writers} wrote the checkpoint: {hints['rank0']}"]
-    state = torch.load(events[-1]["path"], map_location="cpu")
-    if any(k.startswith("module.") for k in state):
-        out.append(hints["module"])
-    return out
-
-
-def judge(metrics: list[dict], nproc: int = NPROC, hints: dict = HINTS,
-          teardown: bool = True) -> tuple[list[str], str]:
-    """(problems, summary) of one launch's DLTUTOR_METRICS records."""
-    finals = sorted((m for m in metrics if m.get("event") == "final"), key=lambda m: m["rank"])
-    if [m["rank"] for m in finals] != list(range(nproc)):
-        return [f"only rank(s) {[m['rank'] for m in finals]} of {nproc} reached ex.report(model)"
-                ], ""
-    problems = [] if all(f["in_group"] for f in finals) else [hints["init"]]
-    problems += _data_problems(finals, hints)
-    weights, summary = _weight_problems(finals, hints, explained=bool(problems))
-    problems += weights
-    problems += _checkpoint_problems([m for m in metrics if m.get("event") == "checkpoint"], hints)
-    if teardown and any(f["group_open_at_end"] for f in finals):
-        problems.append(hints["teardown"])
-    return problems, summary
-
-
-def verdict(problems: list[str], summary: str, exercise: str = "02-ddp", hints: dict = HINTS,
-            reference: bool = False) -> Verdict:
-    """solved (with the evidence), not yet (no process group was ever joined: none of the
-    distributed lines written) or wrong (each thing that differs)."""
-    started = hints["init"] not in problems
-    return from_problems(exercise, problems, f"{summary}; one checkpoint, written by rank 0",
+def verdict(metrics: list[dict], exercise: str = "02-ddp", hints: dict = HINTS,
+            teardown: bool = True, reference: bool = False, *, samples: int) -> Verdict:
+    """solved (with the evidence), not yet (the skeleton as handed out: nothing distributed
+    written) or wrong (each thing that differs) for one launch's records, whose data set held
+    `samples` samples."""
+    problems, summary = judge(metrics, NPROC, hints, teardown, samples=samples)
+    events = [m for m in metrics if m.get("event") == "checkpoint"]
+    finals = finals_of(metrics)
+    started = len(finals) != NPROC or not untouched(finals, events, samples)
+    return from_problems(exercise, problems, f"{summary}; each rank read its own shard of the "
+                         f"{samples} samples (a size drawn for this check, not a multiple of "
+                         f"{NPROC}), reshuffled every epoch; one checkpoint, written by rank 0",
                          started=started, reference=reference)
+
+
+def _cause(exc, logs: dict) -> str:
+    """': rank R failed first with <its error>' (the cause, before what it set off in the
+    other ranks), from the log of the rank the launcher blames first; '' when none says."""
+    from dltutor.launch.results import error_lines
+    for rank in getattr(exc, "ranks", [])[:1]:
+        try:
+            tail = Path(logs[rank]).read_text(errors="replace")[-4000:]
+        except (KeyError, OSError):
+            return ""
+        lines = error_lines(tail).strip().splitlines() if "Traceback" in tail else []
+        # the exception's own line comes first: a launcher may print "Terminated" after it
+        return f": rank {rank} failed first with {lines[0][:300]}" if lines else ""
+    return ""
 
 
 def run_and_judge(script, backend: str, args=(), hints: dict = HINTS, teardown: bool = True,
@@ -172,20 +113,21 @@ def run_and_judge(script, backend: str, args=(), hints: dict = HINTS, teardown: 
     from dltutor.launch.run import launch
     if ranks.missing(script):
         return not_yet(exercise, ranks.missing(script), reference=reference).show()
+    samples = draw_samples()
     # each check gets its own checkpoint folder: two checks at once never share a file
     with tempfile.TemporaryDirectory(dir=work_file().parent, prefix="ckpt-") as folder:
         env = {ex.CHECKPOINT_ENV: str(Path(folder) / "checkpoint.pt"), "CUDA_VISIBLE_DEVICES": "",
-               "DLTUTOR_DIST_TIMEOUT": "60"}
+               "DLTUTOR_DIST_TIMEOUT": "60", ex.SAMPLES_ENV: str(samples)}
         try:
             result = launch(script, nproc=NPROC, backend=backend, args=list(args), env=env,
                             threads=1, timeout=timeout, echo=echo)
         except LaunchError as exc:
             ran = ranks.Ran(failure=str(exc), logs=exc.result.logs if exc.result else {})
             make = not_yet if ran.unstarted else wrong
-            return make(exercise, f"the script failed ({type(exc).__name__}); fix it and run "
+            return make(exercise, f"the script failed{_cause(exc, ran.logs)}; fix it and run "
                         f"this cell again.\n{exc}", reference=reference).show()
-        return verdict(*judge(result.metrics, NPROC, hints, teardown), exercise=exercise,
-                       hints=hints, reference=reference).show()
+        return verdict(result.metrics, exercise, hints, teardown, reference,
+                       samples=samples).show()
 
 
 def check(script=None, solution: bool = False, echo: bool = True) -> bool:

@@ -12,6 +12,7 @@ stragglers, NaN/inf and killed ranks, each made on purpose and found with the to
     plots.py            the straggler's step anatomy; time from each fault to its first message
     exercise_diagnose.py  the exercise: name the rank and cause of an unseen broken run
     exercise_hang.py    the exercise: make a hanging script finish with the right result
+    exercise_hang_judge.py  its verdict: the first case that hung, crashed or summed wrong
 
 Used by notebook 08_debugging_distributed.ipynb and lab course/labs/08_debugging/.
 """

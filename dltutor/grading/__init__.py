@@ -4,6 +4,10 @@
               and recorded in the notebook's output (metadata) for the instructor's report
   ranks.py    run the student's script on real ranks (the course launcher) and collect what they
               reported; an unfilled skeleton (NotImplementedError) is "not yet", a crash "wrong"
+              with the first error in time across ranks (the cause) before its consequences
+  attempts.py every check the student runs, kept in their home: tries and first solved time
+  numbers.py  numbers are numbers: numpy scalars and one-element tensors accepted, floats refused
+              where a whole number (a rank, a coordinate) is meant
   catalog.py  every exercise of the course: id, notebook, what the student writes, on how many ranks
   calls.py    inside the ranks: record the communication calls an exercise allows (shape, phase,
               what a send carried), refuse the others, so a check can count the messages

@@ -41,8 +41,12 @@ class CallLog:
 
 
 def _peer(name: str, args, kwargs):
+    """The peer's rank: `dst`/`src` (positional or keyword) or `group_dst`/`group_src` (how
+    torch 2.14's batch_isend_irecv passes it; the same number in the default group)."""
     key = "dst" if name in ("send", "isend") else "src"
     value = kwargs.get(key, args[1] if len(args) > 1 else None)
+    if value is None and kwargs.get("group") is None:
+        value = kwargs.get(f"group_{key}")
     return int(value) if isinstance(value, int) else None
 
 

@@ -2,7 +2,7 @@
 
     rep = collect("submitted/")      # root/<student>/**/NN_*.ipynb, one folder per student
     rep                              # in Jupyter: an HTML table (students x exercises, colours)
-    rep.csv("grades.csv")            # student,exercise,notebook,status,message
+    rep.csv("grades.csv")            # student,exercise,notebook,status,attempts,first_solved,message
     print(rep.text())                # the table as text, then the counts per exercise
 
     python -m dltutor report FOLDER [--csv out.csv] [--html out.html]
@@ -10,7 +10,11 @@
 A check records its verdict in its output's metadata (`dltutor.grading.verdict.RECORD_KEY`) when
 it runs in Jupyter; saving the notebook keeps it. The report reads those records: in a notebook,
 the last record of an exercise (in cell order) is the student's result; if a student has the
-exercise in several notebooks (a copy, a backup), the most recently modified notebook wins. A
+exercise in several notebooks (a copy, a backup), the most recently modified notebook wins. Each
+record also carries the student's tally of that exercise at the time of the check
+(`dltutor.grading.attempts`): the report shows the tries (checks that ran the student's work)
+and when it was first solved, the largest and earliest over every record found, so re-running a
+check cell or solving it and breaking it again hides neither. A
 record of the course's reference solution (`reference=True`) never counts. An exercise of the
 catalog with no record is "not run". A notebook that cannot be read is listed for its student as
 "unreadable: ..." and the report goes on.
@@ -32,7 +36,7 @@ UNREADABLE = "unreadable"
 ORDER = (SOLVED, WRONG, NOT_YET, NOT_RUN)
 NOTEBOOK_NAME = re.compile(r"^\d\d_.*\.ipynb$")
 COLOURS = {SOLVED: "#d1f0d9", WRONG: "#ffd8d3", NOT_YET: "#fff1c2", NOT_RUN: "#eeeeee"}
-CSV_FIELDS = ("student", "exercise", "notebook", "status", "message")
+CSV_FIELDS = ("student", "exercise", "notebook", "status", "attempts", "first_solved", "message")
 
 
 class ReportError(ValueError):
@@ -46,6 +50,15 @@ class Row:
     notebook: str          # relative to the student's folder ("" when not run)
     status: str            # solved / wrong / not yet / not run / unreadable
     message: str = ""
+    attempts: int | None = None     # checks that ran the student's work (None: not recorded)
+    first_solved: str = ""          # UTC time of the first solved check ("" if never)
+
+    @property
+    def tries(self) -> str:
+        """" (3 tries)" / " (1 try)" after the status, "" when not recorded."""
+        if not self.attempts:
+            return ""
+        return f" ({self.attempts} tr{'y' if self.attempts == 1 else 'ies'})"
 
 
 @dataclass
@@ -86,7 +99,8 @@ class Report:
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(CSV_FIELDS)
         for r in self.rows:
-            w.writerow([r.student, r.exercise, r.notebook, r.status, r.message])
+            w.writerow([r.student, r.exercise, r.notebook, r.status,
+                        "" if r.attempts is None else r.attempts, r.first_solved, r.message])
         if path is not None:
             Path(path).write_text(buf.getvalue())
         return buf.getvalue()
@@ -95,10 +109,11 @@ class Report:
         exs, lines = self.exercises, []
         short = {SOLVED: "solved", WRONG: "WRONG", NOT_YET: "not yet", NOT_RUN: "-"}
         width = max([len("student")] + [len(s) for s in self.students])
-        cols = [max(len(e), 7) for e in exs]
+        cols = [max(len(e), 17) for e in exs]
         lines.append("  ".join(["student".ljust(width)] + [e.ljust(c) for e, c in zip(exs, cols)]))
         for s in self.students:
-            cells = [short[self.cell(s, e).status].ljust(c) for e, c in zip(exs, cols)]
+            cells = [(short[self.cell(s, e).status] + self.cell(s, e).tries).ljust(c)
+                     for e, c in zip(exs, cols)]
             lines.append("  ".join([s.ljust(width)] + cells).rstrip())
             for p in self.problems(s):
                 lines.append(f"  {s}: unreadable: {p.notebook}: {p.message}")
@@ -107,6 +122,13 @@ class Report:
         lines.append(f"{n} student{'s' * (n != 1)}; per exercise: " + " / ".join(ORDER))
         for ex, n in self.counts().items():
             lines.append(f"  {ex:<{max(len(e) for e in exs)}}  " + " / ".join(str(n[k]) for k in ORDER))
+        firsts = [r for r in self.rows if r.first_solved]
+        if firsts:
+            lines.append("")
+            lines.append("first solved (UTC):")
+            lines += [f"  {r.student} {r.exercise}: {r.first_solved}{r.tries}"
+                      + ("; its last check is not solved" if r.status != SOLVED else "")
+                      for r in firsts]
         wrong = [r for r in self.rows if r.status == WRONG]
         if wrong:
             lines.append("")
@@ -123,8 +145,10 @@ class Report:
             for x in self.exercises:
                 r = self.cell(s, x)
                 tip = f"{r.notebook}: {r.message}" if r.message else r.notebook
+                if r.first_solved:
+                    tip += f" (first solved {r.first_solved})"
                 tds.append(f'<td style="background:{COLOURS[r.status]}" title="{e(tip, quote=True)}">'
-                           f"{e(r.status)}</td>")
+                           f"{e(r.status)}<small>{e(r.tries)}</small></td>")
             notes = "; ".join(f"{p.notebook}: unreadable ({p.message})" for p in self.problems(s))
             body.append(f"<tr><th>{e(s)}</th>{''.join(tds)}<td>{e(notes)}</td></tr>")
         legend = " ".join(f'<span style="background:{c};padding:0 6px">{e(k)}</span>'
@@ -167,8 +191,21 @@ def _notebooks(folder: Path) -> list[Path]:
                   not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
 
+def _tally(rows: list[Row], rec: dict) -> None:
+    """Fold one record's tally into every row of its exercise: most tries, earliest solved."""
+    n = rec.get("attempts")
+    n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+    first = rec.get("first_solved") if isinstance(rec.get("first_solved"), str) else ""
+    for row in rows:
+        if n is not None:
+            row.attempts = max(n, row.attempts or 0)
+        if first and (not row.first_solved or first < row.first_solved):
+            row.first_solved = first
+
+
 def _student_rows(student: str, folder: Path) -> list[Row]:
     latest: dict[str, tuple[float, Row]] = {}
+    tallies: dict[str, list[dict]] = {}
     rows = []
     for nb in _notebooks(folder):
         rel = str(nb.relative_to(folder))
@@ -183,6 +220,10 @@ def _student_rows(student: str, folder: Path) -> list[Row]:
             row = Row(student, ex, rel, status, str(rec.get("message", "")))
             if ex not in latest or when >= latest[ex][0]:
                 latest[ex] = (when, row)
+            tallies.setdefault(ex, []).append(rec)
+    for ex, recs in tallies.items():
+        for rec in recs:
+            _tally([latest[ex][1]], rec)
     known = [e.id for e in EXERCISES]
     for ex in known + sorted(set(latest) - set(known)):
         rows.append(latest[ex][1] if ex in latest else Row(student, ex, "", NOT_RUN))

@@ -4,11 +4,13 @@ A check ends with a `Verdict`: `solved`, `not yet` (nothing of the exercise writ
 as handed out, a missing file, a TODO still raising NotImplementedError) or `wrong` (the student's
 code ran and something differs; the message says which rank, which tensor, by how much).
 
-`Verdict.show()` prints it for the student ("passed: ...", "not yet: ...", "wrong: ...") and, in a
-Jupyter kernel, also displays a one-line badge whose output metadata carries the record
-(`RECORD_KEY`: exercise id, status, message). That metadata is saved in the notebook with its
-outputs, so the instructor's report (`dltutor.grading.report`) reads it from the executed notebook.
-A check of the course's own reference solution is shown with `reference=True` and never counts.
+`Verdict.show()` prints it for the student ("passed: ...", "not yet: ...", "wrong: ..."), adds the
+check to the student's history (`dltutor.grading.attempts`: tries so far, first solved time) and,
+in a Jupyter kernel, also displays a one-line badge whose output metadata carries the record
+(`RECORD_KEY`: exercise id, status, message, attempts, first_solved, time). That metadata is saved
+in the notebook with its outputs, so the instructor's report (`dltutor.grading.report`) reads it
+from the executed notebook. A check of the course's own reference solution is shown with
+`reference=True`: never counted, never added to the history.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ class Verdict:
     status: str                   # SOLVED, NOT_YET or WRONG
     lines: list[str] = field(default_factory=list)   # the evidence (solved) or what differs
     reference: bool = False       # the course's own solution: shown, never counted
+    tally: dict = field(default_factory=dict)        # attempts, first_solved, time (from show())
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -49,10 +52,14 @@ class Verdict:
 
     def record(self) -> dict:
         return {"exercise": self.exercise, "status": self.status, "message": self.message,
-                "reference": self.reference}
+                "reference": self.reference, **self.tally}
 
     def show(self) -> bool:
-        """Print the verdict (and, in Jupyter, record it in the cell's output); return `ok`."""
+        """Print the verdict, add it to the student's history (not a reference check's) and, in
+        Jupyter, record it in the cell's output; return `ok`."""
+        if not self.reference:
+            from dltutor.grading import attempts
+            self.tally = attempts.tally(self.exercise, self.status)
         print(self.text())
         _display_record(self)
         return self.ok

@@ -11,11 +11,13 @@ seconds per step, and the rank-0 summary exactly as the lab printed it.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from dltutor.core import course
 from dltutor.core.sources import QUOTES, figure
 from dltutor.ddp.scaling import speedup, weak_efficiency
+from dltutor.grading.numbers import as_float, kind
 from dltutor.horovod import benchmark
 
 LABS = {"horovod": "03_horovod/pytorch_synthetic_benchmark.py",
@@ -120,23 +122,63 @@ def sweep_setting(name: str, values, args, nproc: int = 2, done: dict | None = N
     return sorted(out)
 
 
-def check_efficiency(fn, rows: list[dict]) -> None:
-    """Self-check of the notebook exercise: `fn(total_1, total_n, n)` returns the efficiency."""
-    want = weak_efficiency(SEED_2GPU_TOTAL, SEED_1GPU_TOTAL, 2)
-    got = fn(SEED_1GPU_TOTAL, SEED_2GPU_TOTAL, 2)
-    assert got is not None and abs(float(got) - want) < 1e-6, (
-        f"seed reference: {SEED_1GPU_TOTAL} img/s on 1 V100 and {SEED_2GPU_TOTAL} img/s on 2 V100s "
-        f"(2 nodes) give an efficiency of {SEED_2GPU_TOTAL} / {SEED_1GPU_TOTAL} / 2 = {want:.3f}, "
-        f"but your function returned {got!r}")
-    print(f"seed reference: efficiency {want:.3f} -- correct")
+# Cases the student's function has not seen (total of 1 worker, total of n, n): a formula that
+# only holds for n = 2, or typed-in numbers, fails them.
+UNSEEN = ((120.0, 400.0, 4), (50.0, 360.0, 8), (210.0, 610.0, 3))
+
+
+def _efficiency_problem(fn, total_1: float, total_n: float, n: int) -> str | None:
+    """What is wrong with `fn(total_1, total_n, n)` as the scaling efficiency, or None. Names the
+    slip (no division by n, the inverse, a percentage ...), never the value nor the formula."""
+    try:
+        got = fn(total_1, total_n, n)
+    except Exception as exc:  # the student's code: its error is the verdict, not a traceback
+        return f"my_efficiency raised {type(exc).__name__}: {exc}"
+    mine = as_float(got)
+    if mine is None:
+        return f"my_efficiency returned {kind(got)}: return the efficiency as a number"
+    want = weak_efficiency(total_n, total_1, n)
+    close = lambda x: math.isclose(mine, x, rel_tol=1e-6)  # noqa: E731
+    if close(want):
+        return None
+    if close(total_n / total_1):
+        return ("that is the speedup, not the scaling efficiency: the efficiency compares the "
+                "speedup with the number of workers (1.0 = every worker adds a full worker's rate)")
+    if close(1 / want) or close(total_1 / total_n) or close(total_1 / total_n / n):
+        return ("the ratio is upside down: the efficiency is the measured rate of n workers over "
+                "what n workers would give if each kept one worker's rate")
+    if close(100 * want):
+        return "that is a percentage: give the efficiency as a fraction (1.0 = perfect scaling)"
+    if close(want / n):
+        return "divided by the number of workers once too often"
+    if close(total_n / n):
+        return ("that is the rate per worker of the n-worker run, in img/s: compare it with one "
+                "worker's rate")
+    return ("not the scaling efficiency: that is the measured rate of n workers over n times one "
+            "worker's rate, 1.0 when every worker adds a full worker's rate")
+
+
+def check_efficiency(fn, rows: list[dict]) -> bool:
+    """Self-check of the notebook exercise: `fn(total_1, total_n, n)` returns the efficiency.
+    Judged on the seed's reference, on cases it has not seen and on this run's rows (`rows`, a
+    scaling table with a 1-worker run); prints one plain verdict line (a wrong one names the
+    slip, never the value nor its formula) and returns True when every case is right."""
     base = min(rows, key=lambda r: r["workers"])
-    assert base["workers"] == 1, "the exercise needs a 1-worker run in the table"
-    for r in rows:
-        if r["engine"] != base["engine"] or r["workers"] == 1:
-            continue
-        want = r["total_img_sec"] / base["total_img_sec"] / r["workers"]
-        mine = fn(base["total_img_sec"], r["total_img_sec"], r["workers"])
-        assert mine is not None and abs(float(mine) - want) < 1e-6 * max(1.0, want), (
-            f"{r['run']}: total {r['total_img_sec']:.2f} img/s vs {base['total_img_sec']:.2f} on "
-            f"1 worker should give {want:.3f}, your function returned {mine!r}")
-        print(f"{r['run']}: efficiency {want:.3f} -- correct")
+    if base["workers"] != 1:
+        raise ValueError("the exercise needs a 1-worker run in the table (run the cells above)")
+    cases = [("the seed's reference", SEED_1GPU_TOTAL, SEED_2GPU_TOTAL, 2)]
+    cases += [("a case you have not seen", t1, tn, n) for t1, tn, n in UNSEEN]
+    cases += [(r["run"], base["total_img_sec"], r["total_img_sec"], r["workers"]) for r in rows
+              if r["engine"] == base["engine"] and r["workers"] > 1]
+    for name, total_1, total_n, n in cases:
+        problem = _efficiency_problem(fn, total_1, total_n, n)
+        if problem:
+            print(f"Not yet ({name}: {total_1:.1f} img/s on 1 worker, {total_n:.1f} on {n}): "
+                  f"{problem}.")
+            return False
+    shown = "; ".join(f"{name}: {weak_efficiency(tn, t1, n):.3f}"
+                      for name, t1, tn, n in cases[1 + len(UNSEEN):])
+    seed = weak_efficiency(SEED_2GPU_TOTAL, SEED_1GPU_TOTAL, 2)
+    print(f"Right on all {len(cases)} cases: the seed's reference gives an efficiency of "
+          f"{seed:.3f}" + (f"; this run's {shown}" if shown else "") + ".")
+    return True

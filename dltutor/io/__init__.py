@@ -7,6 +7,7 @@ the device starves. Used by notebook 07 and lab `07_io`.
   sharding.py  file-level shards per rank vs DistributedSampler, coverage and balance checks
   starve.py    the training step fed by a pipeline: data wait vs compute, the exercise's check
   exercise_shards.py  the file-sharding exercise: shards, the ranks' loop (run), the check
+  shards_judge.py     what that check decides from the ranks' reports (coverage, balance, order)
   bench.py     the notebook's and lab's measurements, one call each
   runs.py      lab 07_io on N ranks from the kernel, rows from its reports
   findings.py  what this run measured, as sentences with its spreads (formats, workers, staging, starving)

@@ -116,15 +116,22 @@ def summary(timelines: dict) -> list[dict]:
 
 
 def check_starved(answer, timelines: dict, band: float = 0.1) -> bool:
-    """The exercise's check: `answer` (a set of run names you predict are starved) against what
-    was measured. A run within `band` of the 50% line may go either way: it is not held against you."""
+    """The exercise's check: `answer` (a set of run names you predict are starved; one name alone
+    counts as a set of one, `{}` as the empty set) against what was measured. A run within `band`
+    of the 50% line may go either way: it is not held against you."""
     if answer is None:
         print("Not answered yet: set ANSWER to the set of run names you predict are starved.")
+        return False
+    if isinstance(answer, str):          # one run name: a set of one, not of its characters
+        answer = {answer}
+    if not isinstance(answer, (set, frozenset, list, tuple, dict)):
+        print(f"ANSWER is {type(answer).__name__} {answer!r}: set it to a set of run names, "
+              'e.g. {"mlp + files/w0"}')
         return False
     answer = set(answer)
     unknown = answer - set(timelines)
     if unknown:
-        print(f"Unknown run name(s) {sorted(unknown)}: choose from {sorted(timelines)}")
+        print(f"Unknown run name(s) {sorted(unknown, key=repr)}: choose from {sorted(timelines)}")
         return False
     ok = True
     for name, rows in timelines.items():

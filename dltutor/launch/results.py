@@ -16,17 +16,45 @@ _PEER_LOST = re.compile(r"closed by peer|reset by peer|remote worker|Broken pipe
                         r"Horovod has been shut down", re.I)
 
 
+def error_lines(log_tail: str) -> str:
+    """The exception lines of the last traceback in `log_tail` (its unindented lines after
+    "Traceback"), or the whole tail when it holds no traceback. Only these say why a rank died:
+    the frames above them may quote source that mentions a timeout or a peer."""
+    lines = log_tail.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
+    if not starts:
+        return log_tail
+    after = [line for line in lines[starts[-1] + 1:] if line and not line[0].isspace()]
+    return "\n".join(after) or log_tail
+
+
+def cause_lines(culprits: list, tail_of, width: int = 300) -> list[str]:
+    """The error each blamed rank raised ("rank 1: RuntimeError: ..."), two at most, in the
+    order given (`blame_ranks`: the first in time first), before the tails that show where."""
+    out = []
+    for i, r in enumerate(culprits[:2]):
+        tail = tail_of(r)
+        cause = error_lines(tail).splitlines()
+        if cause:   # a traceback: the exception's own line ("Terminated" may follow); else the last
+            line = cause[0] if "Traceback" in tail else cause[-1]
+            out.append(f"rank {r}{' (first)' if i == 0 and len(culprits) > 1 else ''}: "
+                       f"{line[:width]}")
+    return out
+
+
 def lost_peer(log_tail: str) -> bool:
     """True when a rank's last lines show it failed because a peer went away."""
-    return bool(_PEER_LOST.search(log_tail))
+    return bool(_PEER_LOST.search(error_lines(log_tail)))
 
 
-def blame_ranks(codes: dict, tail_of, stopped=(-9, -15)) -> list[int]:
+def blame_ranks(codes: dict, tail_of, stopped=(-9, -15), first_error=None) -> list[int]:
     """The ranks to blame among the failed ones ({rank: exit code, -9/-15 killed/terminated}):
     not those that only lost a peer (`tail_of(rank)` = its last lines) nor those the launcher
     stopped after another failed (exit codes in `stopped`: torchrun stops ranks with SIGTERM
-    only, so there a SIGKILLed rank, e.g. by the OOM killer, is blamed), unless nothing is left."""
-    failed = sorted(codes)
+    only, so there a SIGKILLed rank, e.g. by the OOM killer, is blamed), unless nothing is left.
+    `first_error` ({rank: when its first traceback began}) orders them: the first in time first."""
+    when = first_error or {}
+    failed = sorted(codes, key=lambda r: (when.get(r, float("inf")), r))
     own = [r for r in failed if not lost_peer(tail_of(r))]
     return [r for r in own if codes[r] not in stopped] or own or failed
 
@@ -77,3 +105,26 @@ class LaunchResult:
     def metric(self, name):
         """One metric from every rank that reported it, in rank order."""
         return [m[name] for m in self.metrics if name in m]
+
+
+def failure_message(run, rc: int, log_dir: Path, grace: float) -> str:
+    """A failed launch in words: the ranks to blame (`run.blame()`: the first in time first) and
+    the ones that only followed, each blamed rank's error, then its last lines (`run.tails`)."""
+    culprits, failed = run.blame()
+    if not culprits:
+        tail = "\n".join(run.launcher_lines[-20:])
+        return (f"launch failed: {run.backend.name} exited with code {rc} and named no rank.\n"
+                f"Last lines of {log_dir / 'launcher.log'}:\n{tail}")
+    named = ", ".join(map(str, culprits))
+    lines = [f"rank {named} failed (launcher exit code {rc})." if not run.watchdog else
+             f"rank {named} failed; the other ranks did not stop within {grace:.0f} s, so "
+             "dltutor killed them."]
+    others = [r for r in failed if r not in culprits]
+    if others:
+        lines.append(f"rank {', '.join(map(str, others))} stopped too: it lost its peer in a "
+                     "collective or was stopped by the launcher.")
+    lines += cause_lines(culprits, lambda r: "\n".join(run.tails[r]))
+    for r in culprits[:2]:
+        lines.append(f"--- last {len(run.tails[r])} lines of rank {r} ({log_dir / f'rank{r}.log'}):")
+        lines.extend(run.tails[r])
+    return "\n".join(lines)

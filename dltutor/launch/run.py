@@ -39,7 +39,7 @@ from dltutor.launch.backends import Backend, HorovodBackend, PythonBackend, Torc
 from dltutor.launch.processes import (TAG_ENV, check_capacity, checked_request, clean_env, rank_of,
                                       tagged_processes)
 from dltutor.launch.results import (LaunchError, LaunchResult, LaunchTimeout,
-                                    aborted_after_reporting, blame_ranks)
+                                    aborted_after_reporting, blame_ranks, failure_message)
 from dltutor.launch.slurm import SlurmBackend
 from dltutor.launch.warm import WarmBackend, local_backend_name
 
@@ -73,6 +73,7 @@ class _Run:
         self.tails = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
         self.launcher_lines, self.metrics = [], []
         self.failure_at, self.watchdog, self.proc, self.reaper = None, False, None, None
+        self.first_error = {}     # rank -> when its first traceback began (monotonic seconds)
 
     def _handle(self, line: str) -> None:
         rank, text = self.backend.split(line.rstrip("\r\n"))
@@ -88,6 +89,8 @@ class _Run:
                 print(f"[{self.backend.name}] {text}", file=sys.stdout, flush=True)
             return
         self.tails[rank].append(text)
+        if text.startswith("Traceback") and rank not in self.first_error:
+            self.first_error[rank] = time.monotonic()
         out = self.files.get(rank)
         if out is None:  # a rank beyond nproc (a launcher that starts more): log it anyway
             out = self.files[rank] = open(self.log_dir / f"rank{rank}.log", "a", encoding="utf-8")
@@ -212,8 +215,9 @@ class _Run:
         nor those that only lost a peer in a collective, unless nothing else is left."""
         codes = self.backend.failures("\n".join(self.launcher_lines)) or {
             r: None for r, tail in self.tails.items() if any("Traceback" in t for t in tail)}
-        return (blame_ranks(codes, lambda r: "\n".join(self.tails[r]), self.backend.stop_codes),
-                sorted(codes))
+        first = lambda r: (self.first_error.get(r, float("inf")), r)  # noqa: E731
+        return (blame_ranks(codes, lambda r: "\n".join(self.tails[r]), self.backend.stop_codes,
+                            self.first_error), sorted(codes, key=first))
 
 
 def launch(script, nproc: int | None = None, args=(), backend: str = "local", env=None,
@@ -273,28 +277,10 @@ def launch(script, nproc: int | None = None, args=(), backend: str = "local", en
     if warning:
         print(warning, flush=True)
     elif rc != 0 or run.watchdog:
-        raise LaunchError(_failure_message(run, rc, log_dir), ranks=run.blame()[0], result=result)
+        raise LaunchError(failure_message(run, rc, log_dir, FAILURE_GRACE), ranks=run.blame()[0],
+                          result=result)
     return result
 
 
 def _logs(log_dir: Path, nproc: int) -> dict:
     return {r: log_dir / f"rank{r}.log" for r in range(nproc)}
-
-
-def _failure_message(run: _Run, rc: int, log_dir: Path) -> str:
-    culprits, failed = run.blame()
-    if not culprits:
-        tail = "\n".join(run.launcher_lines[-TAIL_LINES:])
-        return (f"launch failed: {run.backend.name} exited with code {rc} and named no rank.\n"
-                f"Last lines of {log_dir / 'launcher.log'}:\n{tail}")
-    lines = [f"rank {', '.join(map(str, culprits))} failed (launcher exit code {rc})." if not
-             run.watchdog else f"rank {', '.join(map(str, culprits))} failed; the other ranks "
-             f"did not stop within {FAILURE_GRACE:.0f} s, so dltutor killed them."]
-    others = [r for r in failed if r not in culprits]
-    if others:
-        lines.append(f"rank {', '.join(map(str, others))} stopped too: it lost its peer in a "
-                     "collective or was stopped by the launcher.")
-    for r in culprits[:2]:
-        lines.append(f"--- last {TAIL_LINES} lines of rank {r} ({log_dir / f'rank{r}.log'}):")
-        lines.extend(run.tails[r])
-    return "\n".join(lines)

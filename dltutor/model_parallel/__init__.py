@@ -9,9 +9,14 @@ parallelism (3D). Used by notebook 06 and lab `06_model_parallel`.
   findings.py    what the runs showed, as sentences: TP checks, bubble vs (p-1)/(m+p-1), 1F1B's memory
   plots.py       timeline, bubble vs micro-batches, TP checks, bytes per form
   exercise_tp.py     exercise 06-tensor-parallel: the student's Megatron MLP on 2 ranks, given only
-                     its slices, against the one-process MLP (outputs, gradients, one all-reduce each way)
+                     its slices; exercise_tp_judge.py: against the one-process MLP (outputs,
+                     gradients, one all-reduce each way), the known mistakes named
   exercise_pp.py     exercise 06-pipeline: the student's GPipe forward over 2 stages, given only its
-                     stage; losses against one process, the sends read for micro-batch count and order
+                     stage, recorded in program order (p2p_watch.py: stage runs, irecv waits, each
+                     message checked against its peer's); exercise_pp_judge.py: losses against one
+                     process, what crossed, and that the stages overlap
   exercise_place.py  exercise 06-placement: the student's place(rank, tp, pp, dp, gpus_per_node) on
-                     unseen cluster shapes (mesh.check_placement), then seed 001's 32-GPU job
+                     unseen cluster shapes (whole numbers, mesh.check_placement), then seed 001's job
+  exercise_batch.py  many answers of 06-tensor-parallel / 06-pipeline judged in one launch of 2 ranks
+                     (an instructor's folder of submissions, the course's mutation tests)
 """

@@ -5,5 +5,7 @@
   speed.py   images/s of several set-ups side by side (workers, on-device data, AMP, compile)
   plots.py   training curves, image grids, the per-epoch table
   findings.py  what this run showed (speed variants, curves, batch sizes) as printed sentences
-  exercise.py  the batch-size exercise: re-runs the student's measure() beside its own, the check
+  exercise.py  the batch-size exercise's check: watches the student's measure() and re-runs it
+  watch.py     what one measure() call trained: the model's size, the batches, backward, step
+  timing.py    the student's img/s against the check's, alternated, decided by t-intervals
 """

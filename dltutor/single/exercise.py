@@ -1,46 +1,47 @@
-"""Notebook 01's exercise: the fastest batch size, checked by measuring again.
+"""Notebook 01's exercise: the fastest batch size, checked by watching and measuring again.
 
-The student writes `measure(batch_size) -> float` (training images/s of a fresh ResNet fed by a
-`DeviceLoader` at that batch size, timed with `speed.measure_throughput`), measures at least three
-sizes into `results` and names `best_batch_size`. `check(...)` does not trust those numbers:
+The student writes `measure(batch_size) -> float` (training images/s of a fresh
+`models.cifar_resnet(width=WIDTH)` fed by a `DeviceLoader` at that batch size), measures at least
+three sizes into `results` and names `best_batch_size`. `check(...)` does not trust the numbers:
 
-  * it calls the student's `measure` itself on every size and, right after each call, measures
-    the same set-up with the library (`reference`: a fresh model, the same steps and warm-up);
-  * the two must be within NOISE = 3x of each other (both ways). Why 3x: the course's smallest
-    machine is a shared 2-core CPU where a few timed steps of one set-up, run twice, have differed
-    by tens of percent, and by much more while other processes fight for the cores; a number that
-    is not a measurement of this set-up (typed in, another model, seconds per step instead of
-    images per second) is usually off by far more. A size that disagrees is measured again
-    (ATTEMPTS in all: a burst of load passes) before the verdict says so;
-  * the student's `results[bs]` was measured earlier, in their own cell, under whatever load the
-    machine had then, so it gets a wider band: within RESULTS_NOISE = 10x of the check's numbers.
-    Why 10x: in one `make test` run (two test workers and their launches on 2 cores) results[64]
-    was 274.8 img/s and the check measured 842 to 967 img/s a minute later, 3.1x to 3.5x apart;
-    the numbers typed in that this band is for (1, 2, 3) are hundreds of times off;
-  * a measurement never repeats to the last digit: a `measure` that returns the same float twice
-    (for one size, or for two sizes, or the value already in `results`) returns a number, it does
-    not measure;
-  * `best_batch_size` must be the fastest size of the check's own measurement, or tied with it
-    within the spreads (`core.findings.differs`; the spread of a size is the widest half range of
-    its chunks plus half the range of every measurement of it), which the verdict calls
-    inconclusive. `results` itself is not trusted for the ranking.
+  * What was timed. Every call of the student's `measure` runs under `watch.watching`: it must
+    train the notebook's model (its parameter count, i.e. WIDTH) on batches of the size asked, on
+    the notebook's device, forward, backward and optimizer step. A `measure` that ignores its
+    batch size, builds another width, returns numbers without training, or times the forward
+    pass only is named for that (`Seen.problem`).
+  * The unit. The check alternates the student's `measure(bs)` with its own measurement of the
+    same set-up (`reference`, the library's `speed.measure_throughput`), the order flipping every
+    round, and decides on t-intervals of the log ratios (`timing`): within BAND = 2x agrees,
+    wholly beyond it (seconds per step, steps/s: 16x to 10^5x off) is wrong, anything between is
+    measured again and finally "agreement within 2x not shown", never held against the answer.
+  * That the number is measured. On the smallest size the check makes every training step sleep
+    a known time and calls `measure` once more: steps that long cannot train more than
+    bs / sleep img/s, so a number above that bound was not measured on those steps.
+  * `results[bs]` (measured earlier, in the student's cell, under whatever load the machine had
+    then) within RESULTS_NOISE = 10x of what `measure(bs)` gives now: in one `make test` run
+    results[64] was 274.8 img/s and the check measured 842 to 967 img/s a minute later (3.5x).
+  * `best_batch_size` is the fastest size of the student's own `results`. The check's own ranking
+    (its reference measurements, a t-interval on the difference of log rates) is printed beside
+    it, "too close to call" where the interval holds 0; a disagreement beyond the interval is
+    reported, not failed (two runs minutes apart on a shared machine may rank sizes differently).
 
 `check_solution(setup)` runs the course's solution (course/labs/01_cifar10/solutions/batch_size.py,
 the code of the notebook's collapsed solution) through the same check.
 """
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass
 
 from dltutor.core import course
-from dltutor.core.findings import INCONCLUSIVE, differs, fmt, half_range
-from dltutor.grading.verdict import from_problems, not_yet
+from dltutor.grading.numbers import as_float, as_int, kind
+from dltutor.grading.verdict import from_problems, not_yet, wrong
+from dltutor.single import timing
+from dltutor.single.timing import fmt
+from dltutor.single.watch import Expect, Stopped, watching
 
 EXERCISE = "01-batch-size"
-NOISE = 3.0              # the student's img/s and the check's may differ by this factor, no more
-RESULTS_NOISE = 10.0     # results[bs], measured earlier in the student's cell, against the check's
-ATTEMPTS = 3             # measurements of a size that disagrees beyond NOISE, before "wrong"
+RESULTS_NOISE = 10.0   # results[bs], measured earlier in the student's cell, against measure(bs) now
 MIN_SIZES = 3
 SOLUTION = "01_cifar10/solutions/batch_size.py"
 
@@ -55,148 +56,183 @@ class Setup:
     device: object
 
 
-def reference(setup: Setup, batch_size: int) -> dict:
-    """The library's measurement of the exercise's set-up at `batch_size` (img_per_s, spread)."""
+def reference(setup: Setup, batch_size: int) -> float:
+    """The library's measurement of the exercise's set-up at `batch_size`, in images/s."""
     from dltutor.data.loaders import DeviceLoader
     from dltutor.single import models, speed
     loader = DeviceLoader(setup.x, setup.y, batch_size=batch_size)
     return speed.measure_throughput(models.cifar_resnet(width=setup.width), loader,
-                                    steps=setup.steps, device=setup.device)
+                                    steps=setup.steps, device=setup.device)["img_per_s"]
 
 
-def _number(value) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) and value > 0 else None
+@functools.lru_cache(maxsize=8)
+def model_params(width: int) -> int:
+    from dltutor.single import models
+    return models.count_parameters(models.cifar_resnet(width=width), trainable_only=False)
+
+
+def _expect(setup: Setup, batch_size: int) -> Expect:
+    import torch
+    return Expect(model_params(setup.width), tuple(setup.x.shape[1:]), batch_size,
+                  torch.device(setup.device).type)
+
+
+class Runner:
+    """Calls the student's measure (watched) and the check's reference, and remembers the
+    first thing each size's calls got wrong (`problems`: batch size -> message)."""
+
+    def __init__(self, measure, setup: Setup):
+        self.measure, self.setup, self.problems = measure, setup, {}
+
+    def student(self, bs: int, delay: float = 0.0):
+        """The student's img/s at `bs` as a float, or None (and a problem noted)."""
+        value, seen, error = None, None, None
+        with watching(_expect(self.setup, bs), delay) as seen:
+            try:
+                value = self.measure(bs)
+            except Stopped:
+                pass
+            except Exception as exc:        # the student's code crashed: that is the verdict
+                error = f"{type(exc).__name__}: {_first_line(exc)}"
+        self.last = (value, seen, error)
+        problem = (f"raised {error}" if error else seen.problem())
+        number = as_float(value)
+        if problem is None and (number is None or number <= 0):
+            problem = f"returned {kind(value)}, not a positive number of images/s"
+        if problem:
+            self.problems.setdefault(bs, problem)
+            return None
+        return number
+
+    def reference(self, bs: int) -> float:
+        with watching(_expect(self.setup, bs)) as seen:
+            rate = reference(self.setup, bs)
+        if seen.problem():                  # the check's own measurement must pass its own watch
+            raise RuntimeError(f"the check's reference at batch size {bs}: {seen.problem()}")
+        return rate
+
+
+def check(measure, batch_sizes, results, best_batch_size, setup: Setup,
+          solution: bool = False) -> bool:
+    """Watch and re-run the student's `measure` beside the library's; print the verdict."""
+    if not callable(measure):
+        return not_yet(EXERCISE, "define measure(batch_size) above and run its cell",
+                       reference=solution).show()
+    sizes, problems = _sizes(batch_sizes)
+    if not sizes and not problems:
+        return not_yet(EXERCISE, "BATCH_SIZES is empty", reference=solution).show()
+    if problems:
+        return wrong(EXERCISE, *problems, reference=solution).show()
+    run = Runner(measure, setup)
+    first = run.student(sizes[0])
+    value, seen, error = run.last
+    todo = (_unwritten(value) and not error and not seen.steps) or (
+        error or "").startswith("NotImplementedError")
+    if todo or _unwritten(best_batch_size):
+        what = ["measure(batch_size) returns nothing yet: return the measured images/s"
+                if todo else None,
+                "best_batch_size is not set yet" if _unwritten(best_batch_size) else None]
+        return not_yet(EXERCISE, *[w for w in what if w], reference=solution).show()
+    problems = _static(sizes, results, best_batch_size, _whose(solution))
+    if problems or run.problems:      # known without timing: no rounds (they take minutes on a CPU)
+        for bs in sizes[1:] if run.problems else []:
+            run.student(bs)
+        return wrong(EXERCISE, *problems, *_grouped(run.problems), reference=solution).show()
+    study = timing.Study(sizes, run)
+    study.rounds(first)
+    if not run.problems:
+        study.slowed(min(sizes))     # the cheapest steps to slow down
+    problems = _grouped(run.problems) + study.problems()
+    problems += _results(sizes, results, study) if not run.problems else []
+    if problems:
+        return from_problems(EXERCISE, problems, "", reference=solution).show()
+    return from_problems(EXERCISE, [], _summary(best_batch_size, study, _whose(solution)),
+                         reference=solution).show()
+
+
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:160] if lines else ""
 
 
 def _unwritten(value) -> bool:
     return value is None or value is Ellipsis
 
 
-def check(measure, batch_sizes, results, best_batch_size, setup: Setup,
-          solution: bool = False) -> bool:
-    """Re-run the student's `measure` and the library's on every size; print the verdict."""
-    sizes, results = list(batch_sizes or []), dict(results or {})
-    if not callable(measure):
-        return not_yet(EXERCISE, "define measure(batch_size) above and run its cell",
-                       reference=solution).show()
-    if not sizes:
-        return not_yet(EXERCISE, "BATCH_SIZES is empty", reference=solution).show()
-    first = measure(sizes[0])
-    if _unwritten(first) or _unwritten(best_batch_size):
-        what = ["measure(batch_size) returns nothing yet: return the measured images/s"
-                if _unwritten(first) else None,
-                "best_batch_size is not set yet" if _unwritten(best_batch_size) else None]
-        return not_yet(EXERCISE, *[w for w in what if w], reference=solution).show()
-    problems = []
-    if len(sizes) < MIN_SIZES:
-        problems.append(f"measure at least {MIN_SIZES} batch sizes (BATCH_SIZES has {len(sizes)})")
-    if best_batch_size not in sizes:
-        problems.append(f"best_batch_size is {best_batch_size!r}, which is not one of "
-                        f"BATCH_SIZES {sizes}")
-    problems += [f"results has batch size {bs}, which is not in BATCH_SIZES"
-                 for bs in results if bs not in sizes]
-    theirs, ref, seen = {}, {}, {}
-    for bs in sizes:
-        theirs[bs], ref[bs] = [], []
-        for attempt in range(ATTEMPTS):   # the student's measure, then the library's, right after
-            value = first if (bs, attempt) == (sizes[0], 0) else measure(bs)
-            theirs[bs].append(value)
-            ref[bs].append(reference(setup, bs))
-            if _repeated(bs, _number(value), seen, results) or _number(value) is None:
-                break
-            if not _mismatch(bs, theirs[bs], ref[bs], results):
-                break
-        problems += _mismatch(bs, theirs[bs], ref[bs], results)
-    problems += _repeats(seen, results)
-    if problems:
-        return from_problems(EXERCISE, problems, "", reference=solution).show()
-    return from_problems(EXERCISE, *_ranking(sizes, theirs, results, ref, best_batch_size),
-                         reference=solution).show()
+def _sizes(batch_sizes) -> tuple[list[int], list[str]]:
+    sizes, problems = [], []
+    for v in (list(batch_sizes) if batch_sizes is not None else []):
+        n = as_int(v)
+        if n is None or n < 1:
+            problems.append(f"BATCH_SIZES holds {kind(v)}: a batch size is a whole number of "
+                            "images, 1 or more")
+        elif n not in sizes:
+            sizes.append(n)
+    return sizes, problems
 
 
-def _repeated(bs, value, seen: dict, results: dict) -> bool:
-    """A timed measurement never gives the same float twice: note `value` in `seen` (value ->
-    the sizes that returned it) and say whether it was seen before (or typed into results)."""
-    if value is None:
-        return False
-    again = value in seen or _number(results.get(bs)) == value
-    seen.setdefault(value, []).append(bs)
-    return again
+def _whose(solution: bool) -> str:
+    """Whose results a verdict speaks of: the course's solution's, or the student's."""
+    return "the solution's" if solution else "your"
 
 
-def _repeats(seen: dict, results: dict) -> list[str]:
+def _static(sizes, results, best, whose: str = "your") -> list[str]:
+    """What is wrong without measuring: too few sizes, results' keys and values, best's type."""
     out = []
-    for value, sizes in seen.items():
-        typed = [bs for bs in sizes if _number(results.get(bs)) == value]
-        if len(sizes) > 1 or typed:
-            calls = ", ".join(f"measure({bs})" for bs in dict.fromkeys(sizes))
-            also = f"; results holds it for {typed[0]}" if typed else ""
-            out.append(f"{calls} returned exactly {value!r} ({len(sizes)} calls{also}): a timed "
-                       "measurement never "
-                       "repeats to the last digit, so this number does not come from timing the "
-                       "training steps")
+    if len(sizes) < MIN_SIZES:
+        out.append(f"measure at least {MIN_SIZES} batch sizes (BATCH_SIZES has {len(sizes)})")
+    if not isinstance(results, dict):
+        return out + [f"results is {kind(results)}: make it a dict, batch size -> images/s"]
+    keys = {as_int(k): k for k in results}
+    out += [f"results has the key {kind(k)}, which is not one of BATCH_SIZES {sizes}"
+            for n, k in keys.items() if n not in sizes]
+    out += [f"results has no entry for batch size {bs}: measure every size of BATCH_SIZES"
+            for bs in sizes if bs not in keys]
+    out += [f"results[{n}] is {kind(results[k])}, not a number of images/s"
+            for n, k in keys.items() if n in sizes and as_float(results[k]) is None]
+    b = as_int(best)
+    if b is None:
+        out.append(f"best_batch_size is {kind(best)}: it should be a batch size (a whole number)"
+                   f" from BATCH_SIZES {sizes}")
+    elif b not in sizes:
+        out.append(f"best_batch_size is {b}, which is not one of BATCH_SIZES {sizes}")
+    elif not out:
+        rates = {as_int(k): as_float(v) for k, v in results.items()}
+        top = max(rates.values())
+        if rates[b] < top:
+            fastest = [bs for bs, r in rates.items() if r == top][0]
+            out.append(f"best_batch_size is {b}, but {whose} results have batch size {fastest} "
+                       f"fastest ({fmt(top)} img/s against {fmt(rates[b])}): the best is the "
+                       "size with the most images/s")
     return out
 
 
-def _mismatch(bs, theirs: list, refs: list[dict], results: dict) -> list[str]:
-    """The student's numbers for `bs` against the check's, within NOISE x (any of the attempts)."""
-    out, lib = [], [r["img_per_s"] for r in refs]
-    got = [_number(v) for v in theirs]
-    if got[-1] is None:
-        return [f"measure({bs}) returned {theirs[-1]!r}, not a positive number of images/s"]
-    if not any(1 / NOISE <= g / r <= NOISE for g, r in zip(got, lib)):
-        out.append(f"measure({bs}) gave {_several(got)}, the check's own measurement of the same "
-                   f"set-up right after it {_several(lib)} (more than {NOISE:g}x apart): time a "
-                   "fresh model on a DeviceLoader at that batch size with speed.measure_throughput")
-    mine, band = _number(results.get(bs)), got + lib
-    if bs in results and (mine is None or
-                          not min(band) / RESULTS_NOISE <= mine <= max(band) * RESULTS_NOISE):
-        out.append(f"results[{bs}] is {results[bs]!r}, but measure({bs}) and the check measured "
-                   f"{fmt(min(band))} to {fmt(max(band), 'img/s')} (more than {RESULTS_NOISE:g}x "
-                   f"apart): put what measure({bs}) returns in results, not a number typed in")
+def _grouped(problems: dict) -> list[str]:
+    """One line per distinct problem, naming every size it happened at."""
+    by_text = {}
+    for bs, text in problems.items():
+        by_text.setdefault(text, []).append(bs)
+    return [", ".join(f"measure({bs})" for bs in sizes) + f" {text}"
+            for text, sizes in by_text.items()]
+
+
+def _results(sizes, results, study) -> list[str]:
+    out = []
+    for key, value in results.items():
+        bs, mine, got = as_int(key), as_float(value), study.student_values(as_int(key))
+        if mine is None or not got:
+            continue
+        if not min(got) / RESULTS_NOISE <= mine <= max(got) * RESULTS_NOISE:
+            out.append(f"results[{bs}] is {value!r}, but measure({bs}) gave {fmt(min(got))} to "
+                       f"{fmt(max(got), 'img/s')} when the check called it (more than "
+                       f"{RESULTS_NOISE:g}x apart): put in results what measure({bs}) returns")
     return out
 
 
-def _several(values) -> str:
-    return " / ".join(fmt(v) for v in values) + " img/s"
-
-
-def _ranking(sizes, theirs, results, ref, best) -> tuple[list[str], str]:
-    """(problems, summary): best must be the fastest of the student's (checked) results; the
-    check's own ranking is printed beside it, "inconclusive" where the spreads overlap. Two
-    measurements minutes apart on a shared CPU may rank close sizes differently, so a
-    disagreement with the check's own ranking is reported, not failed."""
-    rate = {bs: sum(r["img_per_s"] for r in ref[bs]) / len(ref[bs]) for bs in sizes}
-    spread = {bs: max(r["spread"] for r in ref[bs]) + half_range(
-        [r["img_per_s"] for r in ref[bs]] + [_number(v) for v in theirs[bs]]
-        + [_number(results.get(bs))]) for bs in sizes}
-    top = max(sizes, key=rate.get)
-    mine = max(sizes, key=lambda bs: _number(results.get(bs)) or 0.0)
-    shown = ", ".join(f"{bs}: {fmt(rate[bs])} ± {fmt(spread[bs])}" for bs in sizes)
-    table = f"the check's own img/s by batch size: {shown}"
-    if best != mine:
-        return [f"best_batch_size is {best}, but your results have batch size {mine} fastest "
-                f"({fmt(_number(results.get(mine)) or 0.0)} img/s): the best is the size with "
-                "the most images/s"], ""
-    if best == top:
-        rest = [bs for bs in sizes if bs != top]
-        near = max(rest, key=rate.get) if rest else None
-        tie = (f"; {near} is inside the spreads, so which is fastest is {INCONCLUSIVE}"
-               if near is not None and not differs(rate[top], rate[near], spread[top], spread[near])
-               else "")
-        return [], (f"best_batch_size {best} is the fastest in your results and in the check's "
-                    f"own measurement{tie} ({table})")
-    if not differs(rate[top], rate[best], spread[top], spread[best]):
-        return [], (f"best_batch_size {best} is the fastest in your results; the check measured "
-                    f"{top} fastest, but the gap is inside the spreads, so which is fastest is "
-                    f"{INCONCLUSIVE} ({table})")
-    return [], (f"best_batch_size {best} is the fastest in your results, but the check's own "
-                f"measurement puts {top} ahead beyond the spreads ({table}): on a shared machine "
-                "a ranking can change between two runs; measure again to see which one holds")
+def _summary(best, study, whose: str = "your") -> str:
+    return (f"measure(bs) trained the notebook's model on batches of bs images at every size; "
+            f"{study.agreement()}; {study.followed()}; best_batch_size {as_int(best)} is the "
+            f"fastest in {whose} results; {study.ranking(as_int(best))}")
 
 
 def check_solution(setup: Setup) -> bool:

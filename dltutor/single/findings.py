@@ -2,6 +2,7 @@
 
     speed(rows)               each knob of `speed.compare_speed` against the set-up it changes
     curves(history, n_test)   how the loss and the test accuracy moved over the epochs
+    bottleneck(rows)          which case the speed table was in: the input pipeline or the compute
     batch_sizes(results)      the batch-size exercise: the fastest size, or "inconclusive here"
 
 A throughput's spread is half the range of its separately timed chunks (`core.findings.half_range`); a
@@ -13,6 +14,7 @@ from dltutor.core import env
 from dltutor.core.findings import INCONCLUSIVE, accuracy_halfwidth, compare, differs, fmt, trend
 
 ON_DEVICE = "data on device"
+NO_WORKERS = "DataLoader, 0 workers"
 CHANCE = 0.10   # 10 classes: the accuracy of guessing
 
 
@@ -52,6 +54,40 @@ def speed(rows: list[dict]) -> list[str]:
         out.append("Not measured in this run: " + "; ".join(skipped) + ".")
     return out
 
+
+def bottleneck(rows: list[dict]) -> str:
+    """Which case this run was in, from the speed table's rows: the input pipeline limited it
+    (worker processes or the data on the device beat 0 workers beyond the spreads), the model's
+    compute did (neither beat it, and at least one was slower beyond the spreads), or neither shows."""
+    by_name = {r["variant"]: r for r in rows if r.get("img_per_s")}
+    base = by_name.get(NO_WORKERS)
+    knobs = [r for name, r in by_name.items()
+             if name == ON_DEVICE or (name.startswith("DataLoader,") and name != NO_WORKERS)]
+    if base is None or not knobs:
+        return ("Which one limited this run, the input pipeline or the model's compute, is not "
+                f"known: {NO_WORKERS} or every input-pipeline variant was not measured.")
+
+    def gap(r):    # +1 faster than 0 workers beyond the spreads, -1 slower, 0 inside them
+        if not differs(r["img_per_s"], base["img_per_s"], r.get("spread", 0), base.get("spread", 0)):
+            return 0
+        return 1 if r["img_per_s"] > base["img_per_s"] else -1
+
+    def said(rs):
+        return " and ".join(f"{r['variant']} ({r['img_per_s'] / base['img_per_s']:.2f}x)" for r in rs)
+    faster = [r for r in knobs if gap(r) > 0]
+    slower = [r for r in knobs if gap(r) < 0]
+    if faster:
+        return (f"Bottleneck in this run: the input pipeline. {said(faster)} beat {NO_WORKERS} "
+                "beyond the spreads, so preparing the batches, not the model, limited the speed.")
+    if slower:
+        workers = any(r["variant"].startswith("DataLoader,") for r in slower)
+        return (f"Bottleneck in this run: the model's compute. {said(slower)} fell behind "
+                f"{NO_WORKERS} beyond the spreads and no input-pipeline variant beat it: taking "
+                "the batch preparation off the model's path did not help"
+                + (", and the worker processes competed with the model for the cores." if workers
+                   else "."))
+    return (f"Which one limited this run, the input pipeline or the model's compute, is "
+            f"{INCONCLUSIVE}: {said(knobs)} against {NO_WORKERS} are inside the spreads.")
 
 
 def curves(history, n_test: int) -> list[str]:

@@ -10,6 +10,9 @@
   findings.py  the sentences of "what this run shows": fit on paper, budget, ratios, speed, FSDP2
   exercise_memory.py  exercise 04-memory: the student's model-state formula, checked on unseen
                       (p, d, stage) against memory.estimate_zero_memory, then the GPUs it asks
-  exercise_zero1.py   exercise 04-zero1: ZeRO-1 by hand on 2 gloo ranks (the ranks' harness and
-                      the kernel's check against one process's torch.optim.Adam)
+  exercise_zero1.py   exercise 04-zero1: ZeRO-1 by hand on 2 gloo ranks (the check the notebook calls)
+  exercise_zero1_ranks.py  its harness inside the ranks: two models, reports of parameters and
+                      of the Adam state each rank holds
+  exercise_zero1_judge.py  its judge: every rank against one process's torch.optim.Adam, the
+                      Adam state's bytes and the slice of the flat vector it covers
 """

@@ -108,18 +108,6 @@ def smallest_fitting_d(p: int, device_bytes: float, z: int = 3, max_d: int = 409
     return None
 
 
-def check_fitting_d(answers: dict, p: int, z: int = 3, **act) -> None:
-    """Notebook exercise check: `answers` maps a device size in GiB to the smallest fitting d."""
-    def need(d):   # GB per GPU with d ranks
-        return estimate_zero_memory(p, d=d, z=z, **act).total / GiB
-
-    for gib, d in answers.items():
-        assert need(d) <= gib, (f"{gib} GB: with d={d} stage {z} needs {need(d):.1f} GB per GPU: "
-                                "too few ranks (the activations do not shrink with d)")
-        assert d == 1 or need(d - 1) > gib, f"{gib} GB: d={d} fits, but so does d={d - 1}"
-        print(f"{gib} GB GPUs: d = {d} is right ({need(d):.1f} GB per GPU)")
-
-
 def bert_layer_params(h_dim: int, ff_dim: int) -> int:
     """One encoder layer: qkv + out projection, two FF linears, two LayerNorms (with biases)."""
     return 4 * h_dim * h_dim + 2 * h_dim * ff_dim + 9 * h_dim + ff_dim

@@ -1,7 +1,10 @@
 """Solution of notebook 05's exercise: one reduce-scatter step of the ring, with point-to-point.
 
-Hidden from the notebook; the self-check runs it with `check(solution=True)` and
-tests/test_exercises.py proves the check passes on it and fails on broken copies of it.
+Hidden from the notebook; the self-check runs it with `check(solution=True)` (on 3, then 4
+ranks); tests/test_mutations_ring.py proves the check passes on it and fails on broken copies of
+it (tests/answers/05-reduce-scatter/). `run` hands each step the rank's chunks as cut by
+torch.tensor_split(vector, world_size): with a length that does not divide by N, the first
+length % N chunks are one element longer.
 Run by hand: torchrun --nproc-per-node 3 reduce_scatter_step.py
 """
 import torch

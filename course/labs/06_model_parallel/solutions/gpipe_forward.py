@@ -1,7 +1,8 @@
 """Solution of notebook 06's exercise `06-pipeline`: a GPipe forward over 2 stages, by hand.
 
-Hidden from the notebook; the check runs it with `exercise_pp.check(solution=True)` and
-tests/test_exercises_model_parallel.py proves the check passes on it and fails on broken copies.
+Hidden from the notebook; the check runs it with `exercise_pp.check(solution=True)`;
+tests/test_exercises_model_parallel.py proves it passes, and tests/answers/06-pipeline/ holds the
+wrong and right answers the check is tried on (tests/test_mutations_model_parallel.py).
 Run by hand: torchrun --nproc-per-node 2 gpipe_forward.py
 """
 import torch

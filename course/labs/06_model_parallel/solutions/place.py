@@ -1,7 +1,8 @@
 """Solution of notebook 06's exercise `06-placement`: rank -> (tp, pp, dp) for any cluster.
 
-Hidden from the notebook; `exercise_place.check(solution=True)` runs it through the same check
-and tests/test_exercises_model_parallel.py proves the check fails on wrong placements.
+Hidden from the notebook; the check runs it with `exercise_place.check(solution=True)`;
+tests/test_exercises_model_parallel.py proves it passes, and tests/answers/06-placement/ holds the
+wrong and right answers the check is tried on (tests/test_mutations_model_parallel.py).
 """
 
 

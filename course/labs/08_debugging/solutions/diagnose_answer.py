@@ -1,7 +1,7 @@
 """Solution (notebook 08, the diagnosis exercise): read the mystery run the way the sections did.
 
-    from dltutor.debug import exercise_diagnose as exd
-    answer = diagnose_answer.answer(run)      # {"rank": r, "cause": c}
+    run = exercise_diagnose.mystery(TOKEN)      # what the student sees: run.steps(), run.caught,
+    answer = diagnose_answer.answer(run)        # run.failure, run.blamed -> {"rank": r, "cause": c}
 
 1. Did a rank raise "Timed out"? Then the job hung: the rank that logged no loss at a step and
    went on (its row has no `logged` value) skipped the collective the others waited in.

@@ -1,0 +1,18 @@
+# expect: wrong
+# names: rounded down.*p // d
+# why: each rank counted on p // d parameters: the remainder p % d is in no shard
+EX_ACT = dict(s=512, b=1, h=4096, L=48, a=32, k_l=2, k_h=4)   # the exercise's model and precision
+M_A = memory.activation_bytes(**{k: v for k, v in EX_ACT.items() if k != "k_h"})   # bytes per GPU
+
+def model_state_bytes(p, d, stage):
+    per_rank = p // d
+    params = 2 * (per_rank if stage >= 3 else p)
+    grads = 2 * (per_rank if stage >= 2 else p)
+    optim = 12 * (per_rank if stage >= 1 else p)
+    return params + grads + optim
+
+
+d_16gb_answer = next(d for d in range(1, 4097)
+                     if model_state_bytes(EXERCISE_P, d, 3) + M_A <= 16 * GiB)
+d_80gb_answer = next(d for d in range(1, 4097)
+                     if model_state_bytes(EXERCISE_P, d, 3) + M_A <= 80 * GiB)
