@@ -135,3 +135,14 @@ def test_a_ranks_values_are_its_own_and_unpredictable(monkeypatch, capsys):
 def test_the_solution_passes(capsys):
     out = verdict(capsys, exh.check(solution=True), "passed")
     assert "every rank finished all 4 cases" in out
+
+
+def test_the_reference_diagnosis_runs_on_a_run_of_its_own_not_the_students():
+    """Run All must not print the answer to the student's mystery: the reference solution is
+    checked on a broken run drawn for it."""
+    import nbformat
+    from pathlib import Path
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "course/notebooks/08_debugging_distributed.ipynb",
+                       as_version=4)
+    [ref] = [c.source for c in nb.cells if c.cell_type == "code" and "diagnose_answer.answer(" in c.source]
+    assert "answer(mystery)" not in ref and "exercise_diagnose.mystery(exercise_diagnose.new_token())" in ref

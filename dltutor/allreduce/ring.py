@@ -193,8 +193,8 @@ def _time_problem(T, n: int, nbytes: int, alpha: float, beta: float) -> str | No
     for factor, unit in ((1e3, "milliseconds"), (1e6, "microseconds")):
         if abs(t - factor * expect) <= 0.01 * factor * expect:
             return f"T = {t:g}: is it in {unit}? The answer is asked in seconds"
-    return (f"T = {t:g} s is not right: use T = 2(N-1)*alpha + 2(N-1)/N*D*beta with D in bytes "
-            f"({fmt_bytes(nbytes)} = {nbytes} bytes) and beta = {beta:g} s/byte")
+    return (f"T = {t:g} s is not the model's time: check each term (how many latency steps, how "
+            "many bytes each rank sends) and the units (D in bytes, beta in s/byte)")
 
 
 def _owner_problem(rank, n: int) -> str | None:

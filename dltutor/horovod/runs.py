@@ -145,8 +145,8 @@ def _efficiency_problem(fn, total_1: float, total_n: float, n: int) -> str | Non
         return ("that is the speedup, not the scaling efficiency: the efficiency compares the "
                 "speedup with the number of workers (1.0 = every worker adds a full worker's rate)")
     if close(1 / want) or close(total_1 / total_n) or close(total_1 / total_n / n):
-        return ("the ratio is upside down: the efficiency is the measured rate of n workers over "
-                "what n workers would give if each kept one worker's rate")
+        return ("the ratio is upside down: swap what you divide by what (an efficiency is at "
+                "most about 1.0)")
     if close(100 * want):
         return "that is a percentage: give the efficiency as a fraction (1.0 = perfect scaling)"
     if close(want / n):
@@ -154,8 +154,8 @@ def _efficiency_problem(fn, total_1: float, total_n: float, n: int) -> str | Non
     if close(total_n / n):
         return ("that is the rate per worker of the n-worker run, in img/s: compare it with one "
                 "worker's rate")
-    return ("not the scaling efficiency: that is the measured rate of n workers over n times one "
-            "worker's rate, 1.0 when every worker adds a full worker's rate")
+    return ("not the scaling efficiency as defined above (1.0 when every worker adds a full "
+            "worker's rate): re-read its definition and check which measured rates you compare")
 
 
 def check_efficiency(fn, rows: list[dict]) -> bool:

@@ -95,7 +95,7 @@ def diagnose(p: int, d: int, stage: int, got: float, raw=None) -> str | None:
     want = expected(p, d, stage)
     low = _low_precision(raw)
     if low and (abs(got - want) <= 1e-6 * want + SLACK or "int" in low and want >= 2**31):
-        return (f"your value is {'an' if low[0] in 'aeiou' else 'a'} {low}, which cannot hold {want:,.0f} bytes exactly (float32 "
+        return (f"your value is {'an' if low[0] in 'aeiou' else 'a'} {low}, which cannot hold such byte counts exactly (float32 "
                 "keeps 7 digits, int32 stops at 2^31): compute with Python ints or floats")
     floors = sum(k * (p // q) for k, q in _divisors(d, stage))
     if got < accepted(p, d, stage)[0] and got >= floors - SLACK:
