@@ -137,6 +137,17 @@ def test_ranks_aborted_while_exiting_after_reporting_keep_their_results(tmp_path
             "exiting") in out, out
 
 
+def test_results_are_kept_when_the_launcher_is_too_slow_to_stop_the_exiting_ranks(tmp_path, tag,
+                                                                                  capsys, monkeypatch):
+    """The same teardown race under a launcher slower than FAILURE_GRACE (torchrun on 2 busy
+    cores): dltutor stops the ranks itself, and the results, all reported, are still kept."""
+    monkeypatch.setattr(L, "FAILURE_GRACE", 0.0)        # the watchdog stops the ranks at once
+    result = L.launch(LIGHT, backend="torchrun", nproc=2, args=["--mode", "abort-at-exit", "--rank", "1"],
+                      log_dir=tmp_path / "run", env={"TEST_TAG": tag}, timeout=120, echo=False)
+    assert [m["rank"] for m in result.metrics] == [0, 1]
+    assert "then rank 1 was aborted while exiting" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_rank_aborted_before_reporting_is_a_failure(tmp_path, tag, backend):
     with pytest.raises(LaunchError) as info:

@@ -272,8 +272,10 @@ def launch(script, nproc: int | None = None, args=(), backend: str = "local", en
     result = LaunchResult(rc, time.monotonic() - started,
                           sorted(run.metrics, key=lambda m: m.get("rank", 0)),
                           _logs(log_dir, nproc), cmd, log_dir, be.name)
-    warning = "" if run.watchdog else aborted_after_reporting(  # results complete: keep them
-        be.failures("\n".join(run.launcher_lines)), run.tails, run.metrics, be, log_dir)
+    codes = be.failures("\n".join(run.launcher_lines))
+    if run.watchdog:   # the ranks dltutor stopped count as stopped by the launcher (it was slow)
+        codes = {**dict.fromkeys(range(nproc), be.stop_codes[0]), **codes}
+    warning = aborted_after_reporting(codes, run.tails, run.metrics, be, log_dir)  # results kept
     if warning:
         print(warning, flush=True)
     elif rc != 0 or run.watchdog:
