@@ -52,7 +52,8 @@ endif
 
 # Two workers (pytest-xdist): one computes while the other waits on a rank, a job or a timeout;
 # tests/conftest.py keeps each file, and everything that uses the local Slurm, on one worker.
-# TEST_WORKERS=0 runs everything in this one process.
+# TEST_WORKERS=0 runs everything in this one process. Run as root, every notebook runs as the Unix
+# user dltutor-student, who owns neither .venv nor the course (tests/student_kernel.py).
 test: setup-test
 	DLTUTOR_FAST=1 $(PY) -m pytest tests course/notebooks --nbval-lax \
 	  --nbval-cell-timeout=300 -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

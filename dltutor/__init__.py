@@ -30,7 +30,8 @@ __version__ = "0.1.0"
 from dltutor.core.env import extensions_dir as _extensions_dir  # noqa: E402 (light: os, pathlib)
 from dltutor.core.env import path_with_env_bin as _path_with_env_bin  # noqa: E402
 
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(_extensions_dir()))
+# A shared read-only folder (a class on one install) becomes the user's own copy of it.
+os.environ["TORCH_EXTENSIONS_DIR"] = str(_extensions_dir())
 os.environ["PATH"] = _path_with_env_bin(os.environ.get("PATH", ""))
 
 

@@ -8,6 +8,8 @@
     python -m dltutor preflight [--fast] [--site NAME] [--notebooks 02 05]   # the day before class
     python -m dltutor report FOLDER [--csv out.csv] [--html out.html]   # the students' exercises
                                              # from FOLDER/<student>/**/NN_*.ipynb (executed, saved)
+    python -m dltutor nbgrader-course COURSE DEST [--exchange DIR] [--notebooks 05 06]
+                                             # the exercises as nbgrader assignments, one per notebook
 """
 from __future__ import annotations
 
@@ -83,6 +85,27 @@ def _report(args) -> int:
     return 0
 
 
+def _nbgrader_course(args) -> int:
+    from dltutor.grading import nbgrader, nbgrader_steps
+    try:
+        course = nbgrader.make_course(args.dest, args.course_dir, args.exchange, args.course_id,
+                                      args.notebooks, args.points, args.timeout)
+    except nbgrader.AssignmentError as exc:
+        print(f"python -m dltutor nbgrader-course: {exc}", file=sys.stderr)
+        return 2
+    print(f"nbgrader course {course.course_id!r} in {course.root} (exchange {course.exchange}):")
+    for name, ids in course.exercises.items():
+        print(f"  source/{name}/: {', '.join(ids)} ({args.points} point{'s' * (args.points != 1)} each)")
+    for ex, why in nbgrader.NOT_AUTOGRADED.items():
+        print(f"  not an nbgrader test: {ex}: {why}")
+    print(f"then, for an assignment A (e.g. {course.assignments[-1]}), in {course.root}: nbgrader "
+          f"generate_assignment A; nbgrader release_assignment A; later nbgrader collect A; "
+          f"nbgrader autograde A; python -m dltutor report autograded")
+    print("students, in their home:", "; ".join(nbgrader_steps.student_commands(
+        "A", course.exchange, course.course_id).values()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dltutor", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -128,6 +151,23 @@ def build_parser() -> argparse.ArgumentParser:
                    "status,message to this file")
     r.add_argument("--html", type=Path, default=None, help="also write the coloured table here")
     r.set_defaults(func=_report)
+
+    g = sub.add_parser("nbgrader-course", help="write an nbgrader course folder: the exercises as "
+                       "assignments, the course's checks as the autograder's tests")
+    g.add_argument("course_dir", metavar="COURSE", type=flags.existing_dir,
+                   help="the course folder (holding labs/ and notebooks/), e.g. the checkout's "
+                   "course/ or the installed dltutor/course")
+    g.add_argument("dest", type=Path, help="the nbgrader course folder to write (nbgrader_config.py, "
+                   "source/<assignment>/)")
+    g.add_argument("--exchange", type=Path, default=Path("/srv/nbgrader/exchange"),
+                   help="nbgrader's exchange folder, writable by every student (default %(default)s)")
+    g.add_argument("--course-id", default="dltutor", help="nbgrader's course id (default dltutor)")
+    g.add_argument("--notebooks", nargs="+", default=None, metavar="NN",
+                   help="only the notebooks whose names start so, e.g. 05 06 (default: all with exercises)")
+    g.add_argument("--points", type=flags.positive_int, default=1, help="points per exercise (default 1)")
+    g.add_argument("--timeout", type=flags.positive_int, default=1800,
+                   help="seconds per cell when autograde runs a notebook (default 1800)")
+    g.set_defaults(func=_nbgrader_course)
     return p
 
 

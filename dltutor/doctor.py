@@ -139,6 +139,15 @@ def _data_rows() -> list[Row]:
     return rows
 
 
+def _user_row() -> Row:
+    """Your own folder (exercise work files, runs, figures): where, and whether you can write it."""
+    try:
+        folder = env.user_folder()
+    except PermissionError as exc:
+        return Row("your files", str(env.user_dir()), PROBLEM, str(exc))
+    return Row("your files", f"{folder} (exercises, runs, figures: yours alone)")
+
+
 def collect(engines_too: bool = True) -> list[Row]:
     """Gather every row of the doctor's table."""
     rows = [Row("python", f"{platform.python_version()} at {sys.executable}")]
@@ -148,6 +157,7 @@ def collect(engines_too: bool = True) -> list[Row]:
     rows.append(Row("CPU cores", f"{env.cpu_cores()} usable of {os.cpu_count()}"))
     rows += _allocation_rows()
     rows += _data_rows()
+    rows.append(_user_row())
     rows.append(Row("fast mode", "ON (DLTUTOR_FAST=1): small sizes, numbers are not benchmarks"
                     if env.fast_mode() else "off", INFO if env.fast_mode() else OK))
     return rows

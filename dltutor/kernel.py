@@ -7,12 +7,15 @@
 The notebooks name the kernel `dltutor`, so Jupyter starts it without asking. A hub starts kernels
 from its own Python with none of your shell's exports, so `install` writes into kernel.json the
 settings a lab run from a cell needs: where the data, the cache and the compiled DeepSpeed ops
-are (DLTUTOR_DATA, DLTUTOR_CACHE, TORCH_EXTENSIONS_DIR) and where the course is (DLTUTOR_COURSE).
-Set them before `install` to choose them (e.g. DLTUTOR_DATA=$SCRATCH/dltutor-data).
+are (DLTUTOR_DATA, DLTUTOR_CACHE, TORCH_EXTENSIONS_DIR), where the course is (DLTUTOR_COURSE), and
+the site (DLTUTOR_SITE) when set. Set them before `install` to choose them (e.g.
+DLTUTOR_DATA=$SCRATCH/dltutor-data). DLTUTOR_USER_DIR (your own files: exercises, runs, figures)
+goes only into a kernel of yours, never into one inside a shared environment.
 """
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,13 +24,21 @@ NAME = "dltutor"
 DISPLAY_NAME = "Python (dltutor)"
 
 
-def kernel_env() -> dict[str, str]:
-    """The settings written into kernel.json (from this process's environment and defaults)."""
+def kernel_env(scope: str = "user") -> dict[str, str]:
+    """The settings written into kernel.json (from this process's environment and defaults).
+
+    Shared settings always (data, cache, compiled ops, course, the site when `DLTUTOR_SITE` is
+    set); `DLTUTOR_USER_DIR` (your own folder) only into a kernel of yours (scope 'user'): a kernel
+    inside a shared environment must leave each student their own."""
     from dltutor.core import course, env
     values = {"DLTUTOR_DATA": str(env.data_dir()), "DLTUTOR_CACHE": str(env.cache_dir()),
               "TORCH_EXTENSIONS_DIR": str(env.extensions_dir())}
+    if os.environ.get(env.SITE_ENV):
+        values[env.SITE_ENV] = os.environ[env.SITE_ENV]
+    if scope == "user" and os.environ.get(env.USER_ENV):
+        values[env.USER_ENV] = os.environ[env.USER_ENV]
     try:
-        values["DLTUTOR_COURSE"] = str(course.course_root())
+        values["DLTUTOR_COURSE"] = str(course.installed_course())
     except course.CourseNotFound:
         pass
     return values
@@ -45,7 +56,7 @@ def install(name: str = NAME, scope: str = "user", display_name: str = DISPLAY_N
     if folder is None or not (folder / "kernel.json").is_file():
         folder = _find(name)
     spec = json.loads((folder / "kernel.json").read_text())
-    spec["env"] = {**spec.get("env", {}), **kernel_env()}
+    spec["env"] = {**spec.get("env", {}), **kernel_env(scope)}
     spec.setdefault("metadata", {})["dltutor"] = {"python": sys.executable}
     (folder / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
     return folder

@@ -157,7 +157,7 @@ def preflight(wanted=None, site: str | None = None, fast: bool = False, out: Pat
     os.environ["DLTUTOR_SITE"] = site
     if fast:
         os.environ["DLTUTOR_FAST"] = "1"   # the kernels papermill starts inherit it
-    out = Path(out or env.cache_dir() / "preflight" / f"{_dt.datetime.now():%Y%m%d-%H%M%S}")
+    out = Path(out or env.user_dir() / "preflight" / f"{_dt.datetime.now():%Y%m%d-%H%M%S}")
     (out / "executed").mkdir(parents=True, exist_ok=True)
     rows = _doctor.doctor()
     missing = kernel_missing()

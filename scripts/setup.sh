@@ -66,7 +66,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   step "installing python packages (torch==2.14.1, deepspeed, jupyterlab, ...)"
   "$VPY" -m pip install -q --upgrade pip wheel setuptools 2>&1 | grep -v "is ignored" || true
   "$VPY" -m pip install -q -c constraints.txt -e ".[test]" 2>&1 | grep -v "is ignored" || true
-  "$VPY" -c "import torch, deepspeed, jupyterlab, ipywidgets, nbval, h5py" 2>/dev/null \
+  "$VPY" -c "import torch, deepspeed, jupyterlab, ipywidgets, nbval, h5py, nbgrader" 2>/dev/null \
     || { echo "ERROR: python packages did not install; rerun with pip's output: $VPY -m pip install -c constraints.txt -e '.[test]'"; exit 1; }
   echo "$want" > "$stamp"
 else

@@ -4,6 +4,7 @@ Set here, at import, so that kernels started by nbval and processes started by t
 """
 import atexit
 import functools
+import json
 import os
 import re
 import shutil
@@ -34,6 +35,66 @@ ROOT = Path(__file__).resolve().parents[1]
 from dltutor.core.engines import clear_stale_deepspeed_shm  # noqa: E402
 
 clear_stale_deepspeed_shm()
+
+
+# ---------------------------------------------------------------- the notebooks run as a student
+# Run as root (`make test` in CI and on this machine), nbval runs every notebook in the kernelspec
+# student_kernel.KERNEL: the course's kernel as a Unix user who owns neither the environment nor the
+# course (see tests/student_kernel.py). Set up once per session by the process that runs it (xdist's
+# controller, else this one); its workers inherit STUDENT_ENV and JUPYTER_PATH.
+STUDENT_ENV = "DLTUTOR_TEST_STUDENT"      # the student's name, set while the session has them
+_student: dict = {}
+
+
+def _student_session_start(config) -> None:
+    import student_kernel
+    from dltutor.core import env
+    entry = student_kernel.account()
+    _student["home"] = home = student_kernel.make_home(entry)
+    _student["jupyter"] = jupyter = Path(tempfile.mkdtemp(prefix="dltutor-kernels-"))
+    spec = student_kernel.write_kernelspec(jupyter, entry, home)
+    kernel_env = json.loads((spec / "kernel.json").read_text())["env"]
+    reach = [sys.base_prefix, sys.prefix, env.cache_dir(), env.data_dir(), ROOT, home.parent,
+             *(v for v in kernel_env.values() if os.path.isabs(v))]
+    _student["granted"] = True
+    student_kernel.grant_traverse([p for p in reach if os.path.exists(p)])
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(
+        [str(jupyter)] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p])
+    os.environ[STUDENT_ENV] = entry.pw_name
+
+
+def pytest_configure(config):
+    """As root: the student's account, rights, HOME and kernelspec (controller), and nbval's
+    kernel set to it (every process) unless --nbval-kernel-name or --current-env says otherwise."""
+    if os.geteuid() != 0:
+        return
+    if not hasattr(config, "workerinput") and STUDENT_ENV not in os.environ:
+        try:
+            _student_session_start(config)
+        except BaseException:
+            _student_session_end()
+            raise
+    option = config.option
+    if (os.environ.get(STUDENT_ENV) and hasattr(option, "nbval_kernel_name")
+            and not option.nbval_kernel_name and not getattr(option, "nbval_current_env", False)
+            and not getattr(option, "current_env", False)):
+        import student_kernel
+        option.nbval_kernel_name = student_kernel.KERNEL
+
+
+def _student_session_end() -> None:
+    """The old folder modes back (when no other session holds them), the HOME and kernelspec gone."""
+    import student_kernel
+    if _student.pop("granted", False):
+        student_kernel.release_traverse()
+    for key in ("home", "jupyter"):
+        if key in _student:
+            shutil.rmtree(_student.pop(key), ignore_errors=True)
+
+
+def pytest_unconfigure(config):
+    if _student:
+        _student_session_end()
 
 
 @pytest.fixture

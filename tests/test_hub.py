@@ -9,7 +9,7 @@ listed although the server runs from the hub's Python. The instructor hands the 
 nbgitpuller link (`dltutor.grading.handout`, nbgitpuller installed beside the hub's JupyterLab) to
 a snapshot of this working tree in a local git repository: following it puts the course into the
 student's home (the server's root) and lands on notebook 01. Notebook 02 runs in fast mode from
-the pulled copy with its ranks inside the Jupyter job, and its section 5 submits a job of its own
+the pulled copy, launching that copy's labs (and saying so), with its ranks inside the Jupyter job, and its section 5 submits a job of its own
 across both nodes and says, from that job's output, that it ran on node1 and node2; its exercise
 check records "not yet", then
 "passed" once the student's script is the solution; JupyterLab's save (the contents API) keeps the
@@ -162,11 +162,12 @@ def test_notebook_02_through_a_jupyterhub_slurm_portal(slurm_cluster, tmp_path):
         assert seen["launcher"] == "single" and seen["rank"] == 0, \
             f"the kernel took the job's SLURM_* variables for its own rank: {seen}"
         assert seen["prefix"] == sys.prefix != str(hub_dir / "venv"), seen   # the course's Python
-        # The pulled notebook runs where it lies; its labs are the course environment's (the
-        # kernel's DLTUTOR_COURSE, written by `kernel install`), the same version as its library.
+        # The pulled notebook runs where it lies, and the labs it launches are those of the
+        # student's copy beside it, not the install's that the kernel's DLTUTOR_COURSE names.
         assert Path(seen["cwd"]).resolve() == (pulled / NOTEBOOK).parent.resolve(), seen
-        assert seen["course"] == kernel_spec["env"]["DLTUTOR_COURSE"], seen
-        assert Path(seen["lab"]).is_file(), seen
+        assert Path(seen["course"]).resolve() == (pulled / "course").resolve() \
+            != Path(kernel_spec["env"]["DLTUTOR_COURSE"]).resolve(), (seen, kernel_spec["env"])
+        assert Path(seen["lab"]).resolve() == (pulled / "course/labs/02_ddp/train.py").resolve(), seen
 
         started = time.time()
         nb = nbformat.read(pulled / NOTEBOOK, as_version=4)
@@ -175,6 +176,9 @@ def test_notebook_02_through_a_jupyterhub_slurm_portal(slurm_cluster, tmp_path):
         printed = "".join(text_of(o) for o in outputs)
         # the set-up installed Debian's Fashion-MNIST: real data, never the SYNTHETIC last resort
         assert "Fashion-MNIST" in printed and "SYNTHETIC" not in printed, printed[-2000:]
+        # the cells that launch a lab say it comes from the student's copy
+        assert f"lab 02_ddp/train.py from your copy {(pulled / 'course').resolve()}" in printed, \
+            re.findall(r"\[launch\].*", printed)[:3]
         # The notebook's launches logged each rank (dltutor.launch.run): a rank 1 of lab 02 ran.
         runs = ("from dltutor.core import env\n"
                 f"print([p.name for p in env.runs_dir().glob('*-train-*') "

@@ -31,7 +31,7 @@ from dltutor.core.env import cpu_cores
 ROOT = Path(__file__).resolve().parents[1]
 LABS = ROOT / "course" / "labs"
 LAUNCHERS = {"python", "torchrun", "horovodrun", "deepspeed", "srun", "sbatch", "mpirun",
-             "mpiexec", "make", "conda", "export", "bash", "source"}
+             "mpiexec", "make", "conda", "export", "bash", "source", "cd", "nbgrader"}
 RANK_FLAGS = ("--nproc-per-node", "-np", "--ntasks", "-n", "--num_gpus")
 
 
@@ -147,13 +147,16 @@ def needs(form: Form) -> str | None:
         return f"unknown launcher {prog!r}"
     if "[full size]" in form.comment:
         return "full size (marked [full size])"
-    if prog in ("make", "conda", "export", "bash", "source"):
+    if prog in ("make", "conda", "export", "bash", "source", "cd", "nbgrader"):
         return {"make": "the README's own commands: `make test` is CI, `make lab HEADLESS=1` "
                         "has tests/test_headless_lab.py",
                 "conda": "conda (the portal route; its file is checked by test_environment)",
                 "export": "a shell setting",
                 "bash": "a set-up script (`make setup` runs scripts/setup.sh and what it calls)",
-                "source": "activates an environment (a shell setting)"}[prog]
+                "source": "activates an environment (a shell setting)",
+                "cd": "a shell setting",
+                "nbgrader": "nbgrader's own steps: tests/test_hub_class.py runs them on a hub, "
+                            "with the exchange on this machine"}[prog]
     if prog in ("mpirun", "mpiexec"):
         return "MPI (not installed here)"
     if "$" in joined or "/path/to" in joined or "/scratch" in joined:

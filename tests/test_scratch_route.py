@@ -48,13 +48,14 @@ def test_the_set_up_put_the_engines_in_its_cache_and_the_kernel_in_its_venv():
 
 def test_the_venv_finds_its_cache_without_the_export_and_writes_nothing_to_home(tmp_path):
     """A hub, a batch job or a new shell runs the venv's Python without DLTUTOR_CACHE: the labs,
-    the kernel it installs and DeepSpeed's ops must still use the cache on scratch."""
+    the kernel it installs and DeepSpeed's ops must still use the cache on scratch; the user's own
+    files (launch logs) go to their own folder, and nothing is written by asking."""
     cache = _recorded()
     home = tmp_path / "home"
     home.mkdir()
     clean = {k: v for k, v in os.environ.items()
              if k not in ("DLTUTOR_CACHE", "DLTUTOR_DATA", "DLTUTOR_RUNS", "TORCH_EXTENSIONS_DIR",
-                          "XDG_CACHE_HOME")}
+                          "XDG_CACHE_HOME", "DLTUTOR_USER_DIR", "DLTUTOR_SITE")}
     code = ("import json, dltutor, os; from dltutor.core import env; from dltutor import kernel; "
             "print(json.dumps(dict(cache=str(env.cache_dir()), data=str(env.data_dir()), "
             "runs=str(env.runs_dir()), ops=os.environ['TORCH_EXTENSIONS_DIR'], "
@@ -64,8 +65,10 @@ def test_the_venv_finds_its_cache_without_the_export_and_writes_nothing_to_home(
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert Path(seen["cache"]).resolve() == cache.resolve()
-    for key in ("data", "runs", "ops"):
+    for key in ("data", "ops"):
         assert _under(seen[key], cache), (key, seen[key])
+    # launch logs are the user's own (a class shares the cache): their cache folder, not the set-up's
+    assert Path(seen["runs"]) == home / ".cache" / "dltutor" / "runs", seen["runs"]
     assert Path(seen["kernel"]["DLTUTOR_CACHE"]).resolve() == cache.resolve()
     assert _under(seen["kernel"]["TORCH_EXTENSIONS_DIR"], cache)
     assert not any(home.iterdir()), f"written under $HOME: {list(home.iterdir())}"

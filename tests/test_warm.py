@@ -8,6 +8,7 @@ that does not leak from one launch into the next, the server's life, exit codes 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -135,3 +136,90 @@ def test_the_environment_block_keeps_the_first_keys_when_it_must_be_cut():
     assert len(block) == 40 and block.startswith(b"DLTUTOR_LAUNCH_ID=t1\0RANK=1\0\0")
     full = environ_block(env, 200)
     assert full.rstrip(b"\0").split(b"\0") == [b"A=" + b"x" * 50, b"RANK=1", b"DLTUTOR_LAUNCH_ID=t1"]
+
+
+# Room on a shared node: the server goes after DLTUTOR_WARM_IDLE idle minutes, the next launch
+# starts it again. 0.03 minutes (1.8 s) here; a sleeping launch is longer than that.
+IDLE = "0.03"
+
+
+def idle_exit_of(proc, within=60.0) -> int:
+    """Wait for the warm server `proc` to end by itself; its exit code."""
+    try:
+        return proc.wait(timeout=within)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the warm server was still running {within} s after its launches ended")
+
+
+def slow_script(tmp_path, seconds: float) -> Path:
+    script = tmp_path / "slow_rank.py"
+    script.write_text(f"import time\ntime.sleep({seconds})\nprint('slept', flush=True)\n")
+    return script
+
+
+@pytest.mark.slow
+def test_the_server_goes_when_idle_not_during_a_launch_and_comes_back(tmp_path, monkeypatch):
+    warm.stop()
+    monkeypatch.setenv(warm.IDLE_ENV, IDLE)
+    long = run(slow_script(tmp_path, 6), log_dir=tmp_path / "long")   # 6 s > 1.8 s idle
+    proc, folder = warm._server["proc"], Path(warm._server["folder"])
+    note = (tmp_path / "long" / "launcher.log").read_text()
+    assert long.returncode == 0 and proc.poll() is None        # it did not go mid-launch
+    assert ("warm start: torch imported once in a server of this kernel; it stops after 0.03 "
+            "idle minutes (DLTUTOR_WARM_IDLE)") in note
+    again = run(LIGHT, log_dir=tmp_path / "again")
+    assert warm._server["proc"] is proc                        # kept between launches...
+    assert "warm start:" not in (tmp_path / "again" / "launcher.log").read_text()  # ...silently
+    assert idle_exit_of(proc) == 0 and not folder.exists()     # gone when idle, folder and all
+    assert not warm.running()
+    back = run(LIGHT, log_dir=tmp_path / "back")
+    assert back.returncode == 0 and warm._server["proc"] is not proc and warm.running()
+    assert ("warm start: torch imported again (the server had stopped after 0.03 idle minutes)"
+            in (tmp_path / "back" / "launcher.log").read_text())
+    warm.stop()
+
+
+@pytest.mark.slow
+def test_a_launch_told_the_server_is_going_starts_a_new_one(tmp_path, monkeypatch):
+    # the race: the kernel saw the server alive, and it went idle before the launch connected
+    warm.stop()
+    monkeypatch.setenv(warm.IDLE_ENV, IDLE)
+    run(LIGHT, log_dir=tmp_path / "a")
+    proc = warm._server["proc"]
+    pidfd = os.pidfd_open(proc.pid)     # readable once it ended, without reaping it (poll()
+    assert select.select([pidfd], [], [], 60)[0], "no idle exit"  # would: running() says False)
+    os.close(pidfd)
+    monkeypatch.setattr(warm, "running", lambda: True)
+    path = warm.start()
+    assert warm._server["proc"] is not proc and os.path.exists(path)
+    assert "the server had stopped after 0.03 idle minutes" in warm._server["note"]
+    warm.stop()
+
+
+@pytest.mark.slow
+def test_a_launch_resets_the_idle_clock_and_never_keeps_the_server(tmp_path, monkeypatch):
+    warm.stop()
+    monkeypatch.setenv(warm.IDLE_ENV, "never")
+    run(LIGHT, log_dir=tmp_path / "a")
+    proc = warm._server["proc"]
+    assert "it stays until the kernel ends (DLTUTOR_WARM_IDLE=never)" in \
+        (tmp_path / "a" / "launcher.log").read_text()
+    time.sleep(4)
+    assert proc.poll() is None                                  # 'never': it stays
+    monkeypatch.setenv(warm.IDLE_ENV, IDLE)
+    run(LIGHT, log_dir=tmp_path / "b")                          # the setting reaches it
+    assert warm._server["proc"] is proc and idle_exit_of(proc) == 0
+    warm.stop()
+
+
+def test_the_idle_setting_reads_minutes_and_refuses_anything_else(monkeypatch):
+    assert warm.idle_minutes({}) == warm.IDLE_DEFAULT == 10
+    assert warm.idle_minutes({warm.IDLE_ENV: " 2.5 "}) == 2.5
+    assert warm.idle_minutes({warm.IDLE_ENV: "never"}) is None
+    assert warm.idle_minutes({warm.IDLE_ENV: "0"}) is None
+    for bad in ("soon", "-1", "inf", "nan", "10m"):
+        with pytest.raises(ValueError, match=f"DLTUTOR_WARM_IDLE='{bad}': give the minutes"):
+            warm.idle_minutes({warm.IDLE_ENV: bad})
+    monkeypatch.setenv(warm.IDLE_ENV, "soon")                   # said before anything starts
+    with pytest.raises(ValueError, match="DLTUTOR_WARM_IDLE='soon'.*or 'never'"):
+        L.launch(LIGHT, nproc=2, echo=False, timeout=60)

@@ -1,7 +1,10 @@
 """What is here: fast mode, sizes, seeding, cores and the folders the course uses.
 
-The device and backend are decided in `dltutor.core.device`; the course's own files are found by
-`dltutor.core.course`.
+Two kinds of folders. Shared, and possibly read-only to the student: the set-up's cache
+(`cache_dir`: wheels, compiled ops, data) and the installed course. Per user and writable:
+`user_dir` (exercise work files, launch logs, figures, the user's copy of the compiled ops), never
+inside the set-up's cache, so that a class can share one install. The device and backend are
+decided in `dltutor.core.device`; the course's own files are found by `dltutor.core.course`.
 """
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ from pathlib import Path
 FAST_ENV = "DLTUTOR_FAST"
 DATA_ENV = "DLTUTOR_DATA"
 CACHE_ENV = "DLTUTOR_CACHE"
+USER_ENV = "DLTUTOR_USER_DIR"
+SITE_ENV = "DLTUTOR_SITE"
 
 
 def fast_mode() -> bool:
@@ -41,10 +46,78 @@ def cache_dir() -> Path:
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dltutor"))
 
 
+def user_name() -> str:
+    import getpass
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):     # a uid with no passwd entry (some containers)
+        return str(os.getuid())
+
+
+def _shell_expand(text: str) -> str | None:
+    """`$VAR`, `${VAR}` and `${VAR:-default}` as the job's shell would; None if one is unset."""
+    import re
+
+    def one(m):
+        name, default = m.group(1) or m.group(3), m.group(2)
+        value = os.environ.get(name) or default
+        if value is None:
+            raise KeyError(name)
+        return value
+    try:
+        return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)", one, text)
+    except KeyError:
+        return None
+
+
+def site_scratch() -> Path | None:
+    """The scratch folder of the site profile named by `DLTUTOR_SITE`, when it is set and every
+    variable in the profile's `scratch` is set here; else None."""
+    import tomllib
+    from dltutor.core import course
+    name = os.environ.get(SITE_ENV)
+    if not name:
+        return None
+    try:
+        profile = tomllib.loads((course.lab("sites") / f"{name}.toml").read_text())
+    except (OSError, course.CourseNotFound, tomllib.TOMLDecodeError):
+        return None
+    scratch = _shell_expand(str(profile.get("scratch", "")))
+    return Path(scratch) if scratch and os.path.isabs(scratch) else None
+
+
+def user_dir() -> Path:
+    """The user's own writable folder: `DLTUTOR_USER_DIR`, else `<site scratch>/<user name>`
+    (the profile of `DLTUTOR_SITE`), else `$XDG_CACHE_HOME/dltutor` (`~/.cache/dltutor`).
+    Never the set-up's recorded cache: that one is shared by a class and may be read-only."""
+    if os.environ.get(USER_ENV):
+        return Path(os.environ[USER_ENV]).expanduser()
+    scratch = site_scratch()
+    if scratch is not None:
+        return scratch / user_name()
+    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "dltutor"
+
+
+def user_folder(*parts: str) -> Path:
+    """`user_dir()/parts...`, made if missing; one clear error when it cannot be written."""
+    path = user_dir().joinpath(*parts)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PermissionError(f"cannot write your course folder {path} ({exc.strerror}): set "
+                              f"{USER_ENV} to a folder of yours (e.g. on scratch)") from None
+    return path
+
+
 def runs_dir() -> Path:
-    """Where launches keep their logs: `DLTUTOR_RUNS`, else `<cache>/runs` (the pre-flight gives
-    each notebook its own)."""
-    return Path(os.environ.get("DLTUTOR_RUNS") or cache_dir() / "runs")
+    """Where launches keep their logs: `DLTUTOR_RUNS`, else `<user_dir>/runs` (the pre-flight
+    gives each notebook its own)."""
+    return Path(os.environ.get("DLTUTOR_RUNS") or user_dir() / "runs")
+
+
+def figures_dir(notebook: str) -> Path:
+    """Where notebook `notebook` (e.g. "06") saves its plots as PNG: `<user_dir>/figures/<nb>`."""
+    return user_folder("figures", str(notebook))
 
 
 def data_dir() -> Path:
@@ -79,13 +152,63 @@ def threads_per_rank(nproc: int) -> int:
 def extensions_dir() -> Path:
     """Where DeepSpeed's JIT-compiled ops live: TORCH_EXTENSIONS_DIR, else one folder per Python
     environment under `<cache>/torch_extensions` (a build records the environment's paths, so two
-    environments sharing one folder would rebuild each other's ops)."""
+    environments sharing one folder would rebuild each other's ops). When that folder is shared and
+    not writable by this user (a class on one install), the user's own copy of it (see
+    `user_extensions`): loading an op takes a lock file in its folder, even when nothing is built."""
     import hashlib
     import sys
     if os.environ.get("TORCH_EXTENSIONS_DIR"):
-        return Path(os.environ["TORCH_EXTENSIONS_DIR"])
-    tag = hashlib.sha1(os.path.realpath(sys.prefix).encode()).hexdigest()[:10]
-    return cache_dir() / "torch_extensions" / f"env-{tag}"
+        shared = Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    else:
+        tag = hashlib.sha1(os.path.realpath(sys.prefix).encode()).hexdigest()[:10]
+        shared = cache_dir() / "torch_extensions" / f"env-{tag}"
+    if _writable(shared):
+        return shared
+    return user_extensions(shared)
+
+
+def _writable(folder: Path) -> bool:
+    """`folder` can be written by this user, or made where it would go."""
+    while not folder.exists():
+        if folder.parent == folder:
+            return False
+        folder = folder.parent
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def user_extensions(shared: Path) -> Path:
+    """The user's copy of the shared ops folder `shared` under `<user_dir>/torch_extensions`: what
+    is there is copied once per op (object files linked, not copied: ninja only reads their
+    times), so ops load without a build; ops the set-up did not build compile there."""
+    import hashlib
+    import shutil
+    tag = hashlib.sha1(str(shared.resolve()).encode()).hexdigest()[:10]
+    mine = user_dir() / "torch_extensions" / f"{shared.name}-{tag}"
+    mine.mkdir(parents=True, exist_ok=True)
+    try:
+        ops = sorted(p for p in shared.iterdir() if p.is_dir())
+    except OSError:            # not there, or not readable: the ops compile in the user's copy
+        ops = []
+    for op in ops:
+        target = mine / op.name
+        if target.exists():
+            continue
+        partial = mine / f".{op.name}.copying-{os.getpid()}"
+        shutil.copytree(op, partial, symlinks=True, ignore=shutil.ignore_patterns("lock"),
+                        copy_function=_link_objects_copy_rest)
+        try:
+            partial.rename(target)
+        except OSError:        # another process of this user finished first
+            shutil.rmtree(partial, ignore_errors=True)
+    return mine
+
+
+def _link_objects_copy_rest(src: str, dst: str) -> None:
+    import shutil
+    if src.endswith(".o"):
+        os.symlink(os.path.abspath(src), dst)
+    else:
+        shutil.copy2(src, dst)
 
 
 def path_with_env_bin(path: str) -> str:

@@ -27,7 +27,7 @@ import torch
 from torch.utils.data import Subset
 
 from dltutor.core import env
-from dltutor.data import fashion_mnist
+from dltutor.data import fashion_mnist, roots
 from dltutor.data.staging import (ARCHIVE, OFFLINE_ENV, cifar10_dir, fix_message, load_verified,
                                   stage_cifar10)
 from dltutor.data.synthetic import SYNTHETIC, SyntheticCIFAR10
@@ -46,8 +46,9 @@ def download_cifar10(root=None, timeout: float = 60.0, probe_timeout: float = 5.
     """Download CIFAR-10 with torchvision into `root` (default: the data dir); returns the folder.
 
     Raises OSError quickly when the host cannot be reached; a stalled transfer fails after `timeout`.
+    The default is the data dir when this user may write it, else their own (dltutor.data.roots).
     """
-    root = str(env.data_dir() if root is None else root)
+    root = str(roots.for_writing(env.data_dir()) if root is None else root)
     with socket.create_connection((DOWNLOAD_HOST, 443), timeout=probe_timeout):
         pass
     from torchvision.datasets import CIFAR10
@@ -97,11 +98,14 @@ def load_cifar10(root=None, download=None, train_subset=None, test_subset=None, 
     info: source ('cifar10' | 'Fashion-MNIST' | 'SYNTHETIC'), label (`data_label`), root, sizes,
     classes, reason (why not CIFAR-10).
     """
-    root = env.data_dir() if root is None else root
+    given = env.data_dir() if root is None else root
+    # read where it is; what is made here (unpacked, downloaded) goes to the user's own data folder
+    # when `given` is read-only (a class's shared set-up): dltutor.data.roots
+    root = roots.holding(given, lambda r: os.path.isdir(cifar10_dir(r)))
     folder = cifar10_dir(root)
     reason = None
-    if not os.path.isdir(folder) and os.path.isfile(os.path.join(root, ARCHIVE)):
-        stage_cifar10(os.path.join(root, ARCHIVE), dest=root)
+    if not os.path.isdir(folder) and os.path.isfile(os.path.join(given, ARCHIVE)):
+        stage_cifar10(os.path.join(given, ARCHIVE), dest=root)
     if not os.path.isdir(folder):
         allowed = (not env.offline()) if download is None else bool(download)
         if not allowed:
@@ -116,6 +120,7 @@ def load_cifar10(root=None, download=None, train_subset=None, test_subset=None, 
         train.source = test.source = REAL
         train.synthetic = test.synthetic = False
     else:
+        root = given
         train, test, note = _stand_in(root, reason, train_subset, test_subset, seed, fashion_mnist)
         if not quiet:
             print(f"{note}\n{fix_message(root)}", flush=True)

@@ -164,11 +164,20 @@ class AsCIFAR(Dataset):
         return Image.fromarray(self.data[i]), self.targets[i]
 
 
+def prepared_root(root) -> Path:
+    """The data root to read `FashionMNIST/raw` from, or to prepare it in: `root` when it holds the
+    files or this user may write it, else the user's own data folder (dltutor.data.roots)."""
+    from dltutor.data import roots
+    return roots.holding(root, lambda r: has_files(raw_dir(r)))
+
+
 def load(root) -> tuple | None:
-    """(train, test) `AsCIFAR` datasets, preparing `<root>/FashionMNIST/raw` on first use; None when
-    Fashion-MNIST is turned off or nowhere to be found. FashionMNISTError when it is broken."""
+    """(train, test) `AsCIFAR` datasets, preparing `<root>/FashionMNIST/raw` on first use (in the
+    user's own data folder when `root` is read-only: `prepared_root`); None when Fashion-MNIST is
+    turned off or nowhere to be found. FashionMNISTError when it is broken."""
     if disabled():
         return None
+    root = prepared_root(root)
     src, raw = source_dir(), raw_dir(root)
     if not has_files(raw):
         if src is None:

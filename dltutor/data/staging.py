@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dltutor.core import env
 from dltutor.core.units import GiB
-from dltutor.data import fashion_mnist
+from dltutor.data import fashion_mnist, roots
 
 OFFLINE_ENV = "DLTUTOR_OFFLINE"
 BASE_FOLDER = "cifar-10-batches-py"
@@ -78,11 +78,12 @@ def verify(root) -> None:
 
 
 def stage_cifar10(src, dest=None) -> str:
-    """Copy CIFAR-10 from `src` into `dest` (default: the data dir), verify it, return the folder."""
+    """Copy CIFAR-10 from `src` into `dest` (default: the data dir, or the user's own when that
+    is read-only: dltutor.data.roots), verify it, return the folder."""
     from torchvision.datasets import CIFAR10
     from torchvision.datasets.utils import check_integrity, extract_archive
     src = Path(src).expanduser().resolve()
-    dest = Path(env.data_dir() if dest is None else dest).expanduser().resolve()
+    dest = Path(roots.for_writing(env.data_dir()) if dest is None else dest).expanduser().resolve()
     kind, path = _find_source(src)
     final = dest / BASE_FOLDER
     if kind == "dir" and path == final:
@@ -108,7 +109,7 @@ def stage(src, dest=None) -> tuple:
     """(what, folder): Fashion-MNIST when `src` is a folder of its idx files, else CIFAR-10."""
     path = Path(src).expanduser().resolve()
     if path.is_dir() and fashion_mnist.has_files(path):
-        dest = Path(env.data_dir() if dest is None else dest).expanduser().resolve()
+        dest = Path(roots.for_writing(env.data_dir()) if dest is None else dest).expanduser().resolve()
         return fashion_mnist.LABEL, str(fashion_mnist.prepare(path, dest, replace=True))
     return "CIFAR-10", stage_cifar10(path, dest)
 
@@ -117,7 +118,7 @@ def fashion_status(root) -> str:
     """Where the Fashion-MNIST stand-in comes from, or why there is none."""
     if fashion_mnist.disabled():
         return f"turned off ({fashion_mnist.ENV}=none)"
-    raw, src = fashion_mnist.raw_dir(root), fashion_mnist.source_dir()
+    raw, src = fashion_mnist.raw_dir(fashion_mnist.prepared_root(root)), fashion_mnist.source_dir()
     if fashion_mnist.has_files(raw):
         return f"prepared in {raw}"
     if src is not None:

@@ -13,6 +13,10 @@
               what a send carried), refuse the others, so a check can count the messages
   report.py   the instructor's report from the students' executed notebooks: per student, per
               exercise, as an HTML table and a CSV (`python -m dltutor report FOLDER`)
+  nbgrader.py the exercises as nbgrader assignments, one per notebook: the student's cell an answer
+              cell, the course's check the autograder's test (`python -m dltutor nbgrader-course`)
+  nbgrader_steps.py  nbgrader's round trip: release, collect, autograde and the gradebook's
+              scores for the instructor; fetch and submit commands for the students
   handout.py  the nbgitpuller link that hands the course out: cloned into each student's home on
               the hub, notebook 01 opened (`gitpuller_link`)
 """

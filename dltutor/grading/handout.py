@@ -14,8 +14,8 @@ merges the instructor's new commits without overwriting the student's edits; the
 
 `repo` is anything `git clone` takes on the server's machine: an https URL, or a path / file://
 URL of a repository on a shared file system (what the tests use). The pulled notebooks run the
-labs and the library of the course environment (the `dltutor` kernel: `dltutor.core.course`);
-to run the labs of the pulled copy instead, set DLTUTOR_COURSE=~/<targetpath>/course.
+library of the course environment (the `dltutor` kernel) and the labs of the pulled copy
+(`dltutor.core.course`: the copy a notebook was opened from), and each launch says which copy.
 """
 from __future__ import annotations
 

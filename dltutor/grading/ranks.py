@@ -98,11 +98,10 @@ def _tail(path, n: int = 4000) -> str:
 
 
 def work_file(name: str) -> Path:
-    """Where the notebook writes the student's script (`%%writefile {path}`): a user folder."""
-    from dltutor.core.env import cache_dir
-    folder = cache_dir() / "exercises"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / name
+    """Where the notebook writes the student's script (`%%writefile {path}`): the student's own
+    folder (`dltutor.core.env.user_dir()`), never the shared install or another student's."""
+    from dltutor.core.env import user_folder
+    return user_folder("exercises") / name
 
 
 def missing(script) -> str | None:
@@ -114,7 +113,9 @@ def missing(script) -> str | None:
 
 def run_on_ranks(script, nproc: int = 2, *, args=(), env=None, timeout: float = 180.0,
                  dist_timeout: int = 30, echo: bool = False, oversubscribe: bool = True) -> Ran:
-    """Launch `script` on `nproc` CPU ranks; never raises for a failing or hanging script."""
+    """Launch `script` on `nproc` CPU ranks; never raises for a failing or hanging script. While
+    the ranks are silent the cell says which still run, what each printed last and until when
+    (dltutor.launch.waiting, even with `echo=False`)."""
     from dltutor.launch.results import LaunchError
     from dltutor.launch.run import launch
     ranks_env = {"CUDA_VISIBLE_DEVICES": "", "DLTUTOR_DIST_TIMEOUT": str(dist_timeout),

@@ -15,8 +15,9 @@ NAME = fm.FASHION
 
 
 def _root():
-    """`<DLTUTOR_DATA>` with `FashionMNIST/raw` filled from the idx files on first use."""
-    root = env.data_dir()
+    """`<DLTUTOR_DATA>` with `FashionMNIST/raw` filled from the idx files on first use (the user's
+    own data folder when that one is read-only and has not got them: `fm.prepared_root`)."""
+    root = fm.prepared_root(env.data_dir())
     if fm.has_files(fm.raw_dir(root)):
         return root
     src = None if fm.disabled() else fm.source_dir()

@@ -6,6 +6,7 @@
                (the launcher process each launch starts: standard library only)
   backends.py  how each launcher is started and how its output names ranks (python, torchrun, horovodrun)
   results.py   LaunchResult, LaunchError and the rule that blames the rank that failed first
+  waiting.py   what a launch says while its ranks are silent (which rank, its last line, until when)
   processes.py the variables that make a rank, launch tags that find every process, free ports
   reaper.py    ends every process of a launch when the kernel that started it dies
   slurm.py     srun steps and batch jobs (submit, poll, stream, cancel); `python -m dltutor.launch.slurm`

@@ -1,4 +1,5 @@
-"""The processes of a launch: tags that find every process, the rank of each, capacity checks.
+"""The processes of a launch: tags that find every process, the rank of each, capacity checks,
+the course copy the ranks see (`course_of_ranks`).
 
 Every process a launch starts carries DLTUTOR_LAUNCH_ID (`TAG_ENV`) in its environment, so the
 launcher, its ranks and anything they start can be found (and ended) even after losing a parent.
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import psutil
 
+from dltutor.core import course as _course
 from dltutor.core import device as _device
 from dltutor.core import env as _env
 from dltutor.core.dist import RANK_ENV
@@ -25,6 +27,16 @@ def clean_env(base: dict, backend: Backend) -> dict:
         for key in RANK_ENV:
             env.pop(key, None)
     return env
+
+
+def course_of_ranks() -> dict:
+    """DLTUTOR_COURSE for the ranks: this process's course (the copy its notebook was opened
+    from), so a rank that looks up a course file (a site profile) finds the same copy, even from
+    a batch job that runs elsewhere; {} when there is no course."""
+    try:
+        return {_course.COURSE_ENV: str(_course.course_root())}
+    except _course.CourseNotFound:
+        return {}
 
 
 def script_path(script) -> str:

@@ -2,17 +2,19 @@
 
     result = launch("course/labs/03_ddp/train.py", nproc=2, args=["--tiny"])
     result.metrics        # the ranks' `dist.report(...)` lines, sorted by rank
-
-The kernel never joins the process group: it starts a launcher (the warm start's client,
-dltutor.launch.warm; torchrun, python, horovodrun: dltutor.launch.backends; srun/sbatch) in its own
-session, reads its output line by line, writes each rank's lines to `<log_dir>/rank<N>.log` and
-into the cell as `[rank N] ...`, and watches:
+A lab's launch first says which course copy the lab comes from (`course.lab_origin`). The kernel
+never joins the process group: it starts a launcher (the warm start's client, dltutor.launch.warm;
+torchrun, python, horovodrun: dltutor.launch.backends; srun/sbatch) in its own session, reads its
+output line by line, writes each rank's lines to `<log_dir>/rank<N>.log` and into the cell as
+`[rank N] ...`, and watches:
   * a rank fails  -> LaunchError naming it, with the last lines of its log; if the launcher does
     not stop the other ranks within FAILURE_GRACE seconds, they are killed here;
   * the timeout   -> everything is killed, LaunchTimeout names the ranks still running;
   * an interrupt  -> (the stop button) everything is killed and KeyboardInterrupt goes on;
   * a busy port   -> the launcher could not open the rendezvous port: one retry on a new port;
-  * ranks that reported and were then aborted while exiting -> a WARNING line, results kept.
+  * ranks that reported and were then aborted while exiting -> a WARNING line, results kept;
+  * silence       -> no rank printed for a while: which ranks still run, what each printed last,
+    when the launch gives up (dltutor.launch.waiting), repeated at growing intervals.
 Every process is tagged with DLTUTOR_LAUNCH_ID: none can outlive the launch, even an orphan.
 """
 from __future__ import annotations
@@ -32,15 +34,17 @@ from pathlib import Path
 import psutil
 
 from dltutor.core import env as _env
+from dltutor.core.course import lab_origin
 from dltutor.core.device import default_nproc
 from dltutor.core.dist import free_port, read_report
 from dltutor.launch import reaper
 from dltutor.launch.backends import Backend, HorovodBackend, PythonBackend, TorchrunBackend
-from dltutor.launch.processes import (TAG_ENV, check_capacity, checked_request, clean_env, rank_of,
-                                      tagged_processes)
+from dltutor.launch.processes import (TAG_ENV, check_capacity, checked_request, clean_env,
+                                      course_of_ranks, rank_of, tagged_processes)
 from dltutor.launch.results import (LaunchError, LaunchResult, LaunchTimeout,
                                     aborted_after_reporting, blame_ranks, failure_message)
 from dltutor.launch.slurm import SlurmBackend
+from dltutor.launch.waiting import Waiting
 from dltutor.launch.warm import WarmBackend, local_backend_name
 
 FAILURE_GRACE = 5.0   # s between "a rank failed" and killing whatever is left
@@ -65,8 +69,9 @@ def get_backend(name) -> Backend:
 class _Run:
     """One start of a launcher: stream, watch, clean up."""
 
-    def __init__(self, backend: Backend, cmd, env, log_dir: Path, nproc: int, echo: bool):
-        self.backend, self.cmd, self.env, self.echo = backend, cmd, env, echo
+    def __init__(self, backend: Backend, cmd, env, log_dir: Path, nproc: int, echo: bool,
+                 waiting: Waiting):
+        self.backend, self.cmd, self.env, self.echo, self.waiting = backend, cmd, env, echo, waiting
         self.tag, self.log_dir = env[TAG_ENV], log_dir
         self.files = {r: open(log_dir / f"rank{r}.log", "a", encoding="utf-8") for r in range(nproc)}
         self.launcher_log = open(log_dir / "launcher.log", "a", encoding="utf-8")
@@ -81,14 +86,17 @@ class _Run:
             return
         if rank is None:
             self.launcher_lines.append(text)
+            self.waiting.heard_launcher(text)
             self.launcher_log.write(text + "\n")
             self.launcher_log.flush()
             if self.backend.failure_seen(text) and self.failure_at is None:
                 self.failure_at = time.monotonic()
-            elif self.echo and self.failure_at is None:
+            elif (self.echo or self.echo is None and text.startswith("warm start:")) \
+                    and self.failure_at is None:   # echo None: a quiet lab launch, its notes shown
                 print(f"[{self.backend.name}] {text}", file=sys.stdout, flush=True)
             return
         self.tails[rank].append(text)
+        self.waiting.heard(rank, text, time.monotonic())
         if text.startswith("Traceback") and rank not in self.first_error:
             self.first_error[rank] = time.monotonic()
         out = self.files.get(rank)
@@ -197,6 +205,8 @@ class _Run:
                 elif self.failure_at is not None and now - self.failure_at > FAILURE_GRACE:
                     self.watchdog = True  # the launcher did not stop the other ranks: we do
                     self.kill()
+                elif self.waiting.due(now):  # silence: say what the cell is waiting for
+                    print(self.waiting.notice(now, self.running_ranks()), flush=True)
             self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             return self.proc.returncode
         except KeyboardInterrupt:
@@ -239,6 +249,8 @@ def launch(script, nproc: int | None = None, args=(), backend: str = "local", en
     """
     nproc = default_nproc() if nproc is None else nproc
     script, args = checked_request(script, nproc, args, timeout, threads, env)
+    if origin := lab_origin(script):   # which copy: the student's own, or the installed course
+        print(f"[launch] {origin}", flush=True)
     be = get_backend(backend) if nodes is None else get_backend(backend).on_nodes(nodes)
     be.check(nproc)
     if be.local:
@@ -250,21 +262,21 @@ def launch(script, nproc: int | None = None, args=(), backend: str = "local", en
     n_threads = str(threads or _env.threads_per_rank(nproc))
     child_env = clean_env(os.environ, be)
     child_env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS=n_threads, MKL_NUM_THREADS=n_threads,
-                     DLTUTOR_RANK_PREFIXED="1", **{TAG_ENV: tag})
+                     DLTUTOR_RANK_PREFIXED="1", **course_of_ranks(), **{TAG_ENV: tag})
     child_env.update({str(k): str(v) for k, v in (env or {}).items()})
     deadline = (started := time.monotonic()) + timeout
     for attempt in (1, 2):
         port = free_port() if be.needs_port else None
         cmd, extra = be.command(script, nproc, args, port=port, log_dir=log_dir)
-        run = _Run(be, cmd, {**child_env, **extra}, log_dir, nproc, echo)
+        run = _Run(be, cmd, {**child_env, **extra}, log_dir, nproc, echo or (None if origin else False),
+                   Waiting(deadline, timeout, child_env, nproc))
         try:
             rc = run.run(deadline)
         except LaunchError as exc:  # the timeout: say where the logs are
             exc.result = LaunchResult(-1, time.monotonic() - started, run.metrics,
                                       _logs(log_dir, nproc), cmd, log_dir, be.name)
             raise
-        launcher_text = "\n".join(run.launcher_lines)
-        if (rc != 0 and attempt == 1 and not run.tails and be.port_clash(launcher_text)):
+        if rc != 0 and attempt == 1 and not run.tails and be.port_clash("\n".join(run.launcher_lines)):
             if echo:
                 print(f"[{be.name}] port {port} was taken; retrying on another port", flush=True)
             continue

@@ -172,7 +172,7 @@ def run_batch(script, nodes: int = 1, tasks_per_node: int = 2, args=(), site="lo
         return JobResult(False, text, "no `sbatch` on this machine (not a Slurm login/compute node): "
                          "here is the job script; copy it to your cluster and run `sbatch job.sbatch`")
     from dltutor.core import env
-    workdir = Path(workdir) if workdir else env.cache_dir() / "jobs" / time.strftime("%Y%m%d-%H%M%S")
+    workdir = Path(workdir) if workdir else env.user_dir() / "jobs" / time.strftime("%Y%m%d-%H%M%S")
     start = time.monotonic()
     job_id = submit(text, workdir, job_name)
     path = workdir / f"{job_name}-{job_id}.out"

@@ -1,12 +1,13 @@
 """The warm start's launcher process: asks the warm server for N ranks and relays what they say.
 
-    python -I -S warm_client.py SOCKET NPROC PORT SCRIPT [ARGS...]
+    python -I -S warm_client.py [--say LINE] SOCKET NPROC PORT SCRIPT [ARGS...]
 
 Started by `dltutor.launch.run` like torchrun would be (dltutor.launch.warm.WarmBackend builds
 this command), with the launch's environment. Standard library only and run as a file, so it
 starts in milliseconds: the ranks it asks for are forks of the server, which has torch imported.
 
-What it does, as torchrun's agent does for its ranks:
+What it does, as torchrun's agent does for its ranks (after printing LINE, when given: the
+warm start's own note, from the launch that started the server):
   * checks that the rendezvous port on 127.0.0.1 is free (else "address already in use", exit 3,
     and the launch retries on another port),
   * makes a stdout and a stderr pipe per rank and hands them to the server with the request,
@@ -149,6 +150,9 @@ class Relay:
 
 
 def main(argv) -> int:
+    if argv[:1] == ["--say"]:
+        say(argv[1])
+        argv = argv[2:]
     path, nproc, port, script, args = argv[0], int(argv[1]), int(argv[2]), argv[3], argv[4:]
     if not port_is_free(port):
         say(f"error: port {port} on 127.0.0.1: address already in use")

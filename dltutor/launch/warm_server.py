@@ -1,6 +1,6 @@
 """The warm start's server: torch imported once, each rank of a local launch forked from it.
 
-    python -u -m dltutor.launch.warm_server SOCKET      (started by dltutor.launch.warm, one per kernel)
+    python -u -m dltutor.launch.warm_server [--idle SECONDS] SOCKET   (one per kernel, by warm.start)
 
 Why a server of our own and not multiprocessing's forkserver: that one runs a pickled function and
 gives its children the forkserver's own stdout, with no exit codes or pids for anyone but it. A
@@ -20,6 +20,9 @@ Protocol: AF_UNIX SOCK_SEQPACKET, one JSON object per packet.
                     (c < 0: killed by signal -c), {"error": text} for a request it cannot run
   client hangs up   the launch's ranks still running are SIGKILLed
   stdin closes      (the kernel is gone) every rank is SIGKILLed and the server exits
+  kernel -> server  "keep [S]" on stdin: a launch is coming (idle setting S s); "ok" on stdout
+  idle exit         (--idle S) S s with no launch connected, no rank running and no "keep" (a
+                    launch has CONNECT_GRACE s to connect): "idle" on stdout, folder removed, exit 0
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 import weakref
 
 from dltutor.launch.warm_rank import become
@@ -41,6 +45,7 @@ PRELOAD = ("numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch.ut
            "dltutor.core.dist", "dltutor.core.flags", "dltutor.core.device", "dltutor.core.env",
            "dltutor.core.train_step", "dltutor.data.loaders", "dltutor.single.models")
 MAX_REQUEST = 1 << 20
+CONNECT_GRACE = 30.0   # s an announced launch has to connect before idle time counts
 
 
 def threads_now() -> int:
@@ -97,7 +102,7 @@ class Launch:
 
 
 class Server:
-    def __init__(self, path: str):
+    def __init__(self, path: str, idle_after: float | None = None):
         self.sel = selectors.DefaultSelector()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.listener.bind(path)
@@ -106,11 +111,49 @@ class Server:
         self.sel.register(self.listener, selectors.EVENT_READ, "accept")
         self.sel.register(0, selectors.EVENT_READ, "kernel")
         self.launches: list[Launch] = []
+        self.idle_after, self.ack, self.from_kernel = idle_after, None, b""
+        self.keep()
+
+    def keep(self) -> None:
+        """A launch is coming: the idle clock starts again, with time for it to connect."""
+        self.quiet_since = time.monotonic()
+        self.grace_until = self.quiet_since + CONNECT_GRACE
+
+    def busy(self) -> bool:
+        """A launch is connected or has ranks running (the ended ones are forgotten)."""
+        self.launches = [la for la in self.launches if la.conn is not None or la.running]
+        return bool(self.launches)
+
+    def idle_left(self) -> float | None:
+        """Seconds until the idle exit; None while busy or when there is none."""
+        if self.idle_after is None or self.busy():
+            return None
+        return max(self.quiet_since + self.idle_after, self.grace_until) - time.monotonic()
+
+    def on_kernel(self) -> bool:
+        """Read the kernel's stdin: False when it is closed (the kernel is gone)."""
+        data = os.read(0, 4096)
+        *lines, self.from_kernel = (self.from_kernel + data).split(b"\n")
+        for line in lines:
+            words = line.split()
+            if words[:1] == [b"keep"]:
+                if len(words) > 1:
+                    self.idle_after = float(words[1]) or None
+                self.keep()
+                self.tell_kernel("ok")
+        return bool(data)
+
+    def tell_kernel(self, text: str) -> None:
+        try:
+            os.write(self.ack, text.encode() + b"\n")
+        except (OSError, TypeError):   # the kernel is gone, or no channel yet (ack is None)
+            pass
 
     def own_fds(self) -> list[int]:
         """Every fd of the server's own (closed in a forked rank)."""
         fds = [self.listener.fileno(), self.sel.fileno()]
         fds += [key.fd for key in self.sel.get_map().values() if key.fd > 2]
+        fds += [self.ack] if self.ack is not None else []
         return fds
 
     def start_ranks(self, launch: Launch, req: dict, fds: list[int]) -> None:
@@ -168,15 +211,22 @@ class Server:
         launch.running.pop(pid, None)
         launch.send(exited=rank, code=os.waitstatus_to_exitcode(status))
 
-    def serve(self) -> None:
+    def serve(self) -> str:
+        """Serve until the kernel is gone ('kernel') or the idle time is up ('idle')."""
         while True:
-            for key, _ in self.sel.select():
+            left = self.idle_left()
+            if left is not None and left <= 0:
+                return "idle"
+            events = self.sel.select(timeout=left)
+            if events:
+                self.quiet_since = time.monotonic()
+            for key, _ in events:
                 if key.data == "kernel":
-                    if not os.read(0, 4096):
-                        return             # the kernel that started us is gone
+                    if not self.on_kernel():
+                        return "kernel"    # the kernel that started us is gone
                 elif key.data == "accept":
                     conn, _ = self.listener.accept()
-                    launch = Launch(conn)
+                    launch, self.grace_until = Launch(conn), 0.0   # it came: no more grace
                     self.launches.append(launch)
                     self.sel.register(conn, selectors.EVENT_READ, launch)
                 elif isinstance(key.data, Launch):
@@ -198,7 +248,8 @@ def _stop(signum, frame):
     raise SystemExit(0)
 
 
-def main(path: str) -> None:
+def main(argv: list[str]) -> None:
+    idle, path = (float(argv[1]) or None, argv[2]) if argv[0] == "--idle" else (None, argv[0])
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the stop button is the kernel's, not ours
     try:
@@ -206,26 +257,32 @@ def main(path: str) -> None:
     except Exception as exc:  # noqa: BLE001 - said on stdout, where the kernel waits for "ready"
         print(f"error: {exc}", flush=True)
         raise SystemExit(1) from None
-    server = Server(path)
+    server = Server(path, idle)
     print("ready", flush=True)
-    log = os.open(os.path.join(os.path.dirname(path), "server.log"),   # the kernel stops reading
+    server.ack = os.dup(1)        # the kernel's channel for "ok" and "idle"
+    log = os.open(os.path.join(os.path.dirname(path), "server.log"),   # what else it prints
                   os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
+    why = "signal"
     try:
-        server.serve()
+        why = server.serve()
     finally:
         server.shutdown()
-        remove_folder(path)
+        remove_folder(path, keep_log=why != "idle")
+        if why == "idle":
+            server.tell_kernel("idle")
 
 
-def remove_folder(path: str) -> None:
+def remove_folder(path: str, keep_log: bool = True) -> None:
     """The socket, an empty server.log and their folder: gone when the server ends, also when its
-    kernel was killed and never ran its own clean-up. A log with something in it is kept."""
+    kernel was killed and never ran its own clean-up. A log with something in it is kept, except
+    after an idle exit (nothing went wrong and no one is left to read it)."""
     folder = os.path.dirname(path)
     log = os.path.join(folder, "server.log")
-    for name, keep in ((path, False), (log, os.path.exists(log) and os.path.getsize(log) > 0)):
+    for name, keep in ((path, False), (log, keep_log and os.path.exists(log)
+                                       and os.path.getsize(log) > 0)):
         try:
             if not keep:
                 os.unlink(name)
@@ -238,4 +295,4 @@ def remove_folder(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

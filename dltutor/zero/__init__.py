@@ -4,6 +4,8 @@
   budget.py  an OS-enforced memory budget, so "out of memory" happens for real on a CPU
   bert.py    the BERT-style masked-LM model of the seed, synthetic token batches
   bert_lab.py  what the two BERT labs share: flags, DeepSpeed config loading, memory report
+  swap_buffers.py  NVMe offload's page-locked swap buffers: what DeepSpeed locks, sized to the
+                   process's `ulimit -l` (or one clear error before DeepSpeed starts)
   fsdp.py    PyTorch's own sharding (FSDP2, fully_shard) on the same BERT: run, bytes held, formula
   runs.py    from the kernel: launch the DeepSpeed and FSDP2 labs and turn their reports into rows
   plots.py   the memory stack per stage, predicted vs measured, samples/s, loss curves

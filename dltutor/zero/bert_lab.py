@@ -121,7 +121,8 @@ def model_flags(args) -> dict:
 def load_ds_config(path, args) -> dict:
     """Read a DeepSpeed JSON config and fill what depends on the run: batch, dtype, NVMe path.
 
-    "auto" batch -> --batch_size; "auto" buckets, NVMe buffer -> about the largest parameter;
+    "auto" batch -> --batch_size; "auto" buckets -> about the largest parameter; NVMe swap
+    buffers -> sized to this process's locked-memory limit (dltutor.zero.swap_buffers);
     "${DLTUTOR_NVME_DIR}" -> --nvme_path or $DLTUTOR_NVME_DIR. Raises ConfigError.
     """
     path = Path(path) if path else None
@@ -142,6 +143,7 @@ def load_ds_config(path, args) -> dict:
     cfg.pop("train_batch_size", None)
     cfg.update(ds_precision(resolve_dtype(args)))
     zero = cfg["zero_optimization"]
+    fit_swap_buffers(zero, cfg.get("aio") or {}, args)
     largest = max(args.vocab * args.h_dim, args.h_dim * args.ff_dim, 3 * args.h_dim ** 2)
     # "auto" buckets hold about one weight matrix: small models stay small, big ones stay fast
     for key, factor in (("reduce_bucket_size", 1), ("allgather_bucket_size", 1),
@@ -161,6 +163,22 @@ def load_ds_config(path, args) -> dict:
             os.makedirs(nvme, exist_ok=True)
             off["nvme_path"] = nvme
     return cfg
+
+
+def fit_swap_buffers(zero: dict, aio: dict, args) -> None:
+    """NVMe offload: fill the "auto" swap-buffer sizes so DeepSpeed's page-locked buffers fit
+    this rank's `ulimit -l` (printing one line when they had to shrink or the limit was raised);
+    ConfigError, before DeepSpeed starts, when even the least buffers do not fit."""
+    from dltutor.core.dist import detect
+    from dltutor.zero import swap_buffers
+    param_bytes = 2 if args.dtype in ("bf16", "fp16") else 4
+    try:
+        note = swap_buffers.fit(zero, aio, model_flags(args), param_bytes,
+                                world_size=detect().get("world_size") or 1)
+    except swap_buffers.LockedMemoryError as exc:
+        raise ConfigError(str(exc)) from None
+    if note:
+        print(note, flush=True)
 
 
 def offload_mode(cfg: dict) -> str:

@@ -23,7 +23,10 @@ are outside Slurm's steps. Rank 0 prints which rank ran on which host ("ranks on
 On a CPU-only machine DeepSpeed needs DS_ACCELERATOR=cpu (the lab sets it through
 dltutor.core.engines.engine_env()).
 ZeRO-Infinity: `--deepspeed_config configs/zero3_offload_nvme.json --nvme_path /scratch/$USER/x`
-(or $DLTUTOR_NVME_DIR). Checkpoints: `--checkpoint_dir D` saves at the end (and every
+(or $DLTUTOR_NVME_DIR). DeepSpeed page-locks its swap buffers: under a `ulimit -l` too small for
+them (8 MiB by default for a student) the lab sizes the "auto" ones to fit and prints one line
+saying so, or stops with one clear error before DeepSpeed starts (dltutor.zero.swap_buffers).
+Checkpoints: `--checkpoint_dir D` saves at the end (and every
 `--save_interval` steps); `--resume` continues from the latest one with the same loss curve.
 `--mem-budget-mb M` lets each process allocate at most M MiB beyond its start-up memory (the OS
 enforces it on a CPU; on a GPU a device cap, torch.cuda.set_per_process_memory_fraction), to show

@@ -40,8 +40,8 @@ def parse_args(argv=None):
     p.add_argument("--formats", type=flags.choice_list(formats.FORMATS),
                    default=",".join(formats.FORMATS), help="comma-separated formats to read")
     p.add_argument("--root", default=None,
-                   help="where the formats are written (default: <DLTUTOR_DATA>/io_bench/n<samples>"
-                        "-s<per-shard>)")
+                   help="where the formats are written (default: your own folder, "
+                        "<user_dir>/io_bench/n<samples>-s<per-shard>)")
     p.add_argument("--per-shard", type=flags.positive_int, default=512,
                    help="samples per tar shard (need at least one shard per rank)")
     p.add_argument("--batch-size", type=flags.positive_int, default=128, help="samples per batch")
@@ -70,7 +70,7 @@ def gather_ids(ids, ctx):
 def main(argv=None) -> int:
     args = parse_args(argv)
     with dist.session() as ctx:  # DDP: join the launcher's process group (none under python)
-        root = Path(args.root or env.data_dir() / "io_bench" / f"n{args.samples}-s{args.per_shard}")
+        root = Path(args.root or env.user_dir() / "io_bench" / f"n{args.samples}-s{args.per_shard}")
         if ctx.is_main:
             bench.prepare(root, args.samples, formats.FORMATS, args.per_shard)
         if ctx.is_distributed:
