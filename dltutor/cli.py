@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--notebooks", nargs="+", default=None, metavar="NN",
                    help="only the notebooks whose names start so, e.g. 02 05 (default: all)")
     f.add_argument("--out", type=Path,
-                   default=None, help="report folder (default <dltutor cache>/preflight/<time>)")
+                   default=None, help="report folder (default <your own folder>/preflight/<time>: "
+                                      "dltutor.core.env.user_dir)")
     f.add_argument("--timeout", type=flags.positive_int, default=1800, help="seconds per notebook cell (default 1800)")
     f.set_defaults(func=_preflight)
 

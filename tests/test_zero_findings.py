@@ -130,20 +130,119 @@ def test_fsdp_findings_agree_or_differ_by_the_losses():
     assert f"{50 * MiB * 2 / 1000:.1f} bytes per parameter" in per
 
 
-def test_budget_findings_read_the_oom_line():
-    oom = dict(oom=True, lines=[
-        "OUT OF MEMORY during iteration 0 (Adam step): RuntimeError: DefaultCPUAllocator: can't "
-        "allocate memory: you tried to allocate 78643200 bytes. [held 1300 MiB, start-up 1000 "
-        "MiB, limit 1320 MiB]"])
-    out = findings.budget_findings(oom, 19 * MiB, 320)     # 16 p = 304 MiB
-    assert "16 p = 304 MiB of model states vs a 320 MiB budget: 16 MiB left" in out[0]
-    assert "iteration 0 (Adam step)" in out[1]
-    assert "held 300 MiB beyond its start-up 1000 MiB (limit 1320 MiB), 4 MiB less than" in out[2]
-    oom["lines"] = [oom["lines"][0].replace("held 1300", "held 1316")]
-    assert "12 MiB more than the formula's 304 MiB" in findings.budget_findings(oom, 19 * MiB, 320)[2]
-    assert "asked for 75.0 MiB more" in out[3] and "55 MiB past the limit" in out[3]
+_ADAM_INIT = """OUT OF MEMORY during iteration 0 (Adam step): RuntimeError: DefaultCPUAllocator: can't \
+allocate memory: you tried to allocate 409600 bytes. [held 1320 MiB, start-up 1000 MiB, limit 1320 MiB]
+Traceback (most recent call last):
+  File "/x/course/labs/04_deepspeed/train_bert.py", line 64, in main
+    loss, _ = train_step(net, opt, tokens, labels, loss_fn=None, autocast=amp,
+              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/x/torch/optim/adam.py", line 238, in step
+    has_complex = self._init_group(
+  File "/x/torch/optim/adam.py", line 182, in _init_group
+    state["exp_avg_sq"] = torch.zeros_like(
+                          ^^^^^^^^^^^^^^^^^
+RuntimeError: [enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory
+"""
+_BACKWARD = """OUT OF MEMORY during iteration 0 (backward): RuntimeError: DefaultCPUAllocator: can't \
+allocate memory: you tried to allocate 78643200 bytes. [held 1290 MiB, start-up 1000 MiB, limit 1320 MiB]
+Traceback (most recent call last):
+  File "/x/course/labs/04_deepspeed/train_bert.py", line 64, in main
+    loss, _ = train_step(net, opt, tokens, labels, loss_fn=None, autocast=amp,
+  File "/x/dltutor/core/train_step.py", line 30, in train_step
+    loss.backward()
+  File "/x/torch/_tensor.py", line 626, in backward
+    torch.autograd.backward(
+  File "/x/torch/autograd/graph.py", line 823, in _engine_run_backward
+    return Variable._execution_engine.run_backward(  # Calls into the C++ engine
+RuntimeError: [enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory
+"""
+
+
+def _oom(log: str) -> dict:
+    return dict(oom=True, lines=runs.allocator_lines(log), frames=runs.traceback_frames(log))
+
+
+def test_traceback_frames_read_the_last_traceback_innermost_last():
+    frames = runs.traceback_frames("Traceback (most recent call last):\n  File \"/a.py\", line 1, "
+                                   "in old\n    x()\nE\n" + _ADAM_INIT)
+    assert [f["func"] for f in frames] == ["main", "step", "_init_group"]
+    assert frames[-1]["code"] == 'state["exp_avg_sq"] = torch.zeros_like('
+    assert frames[1]["code"] == "has_complex = self._init_group("
+    assert frames[0]["line"] == 64 and frames[0]["file"].endswith("train_bert.py")
+    assert runs.traceback_frames("no traceback here") == []
+
+
+def test_budget_findings_say_where_the_plain_run_died_from_its_traceback():
+    p = 19 * MiB                                   # 16 p = 304 MiB, 8 p = 152 MiB
+    init = findings.budget_findings(_oom(_ADAM_INIT), p, 320)
+    assert "16 p = 304 MiB of model states vs a 320 MiB budget: 16 MiB left" in init[0]
+    assert "creation of Adam's state" in init[1] and "adam.py:182 in _init_group" in init[1]
+    assert "'iteration 0 (Adam step)'" in init[1]
+    assert "did not all exist yet" in init[2] and "filled the 320 MiB" in init[2]
+    assert "not model states" not in init[2]
+    assert "0.39 MiB (409,600 bytes), a small one: the budget was already full" in init[3]
+    back = findings.budget_findings(_oom(_BACKWARD), p, 320)
+    assert "It died in backward: graph.py:823 in _engine_run_backward" in back[1]
+    # iteration 0, backward: at most weights + gradients (8 p = 152 MiB) of the 290 MiB held
+    assert "at most 152 MiB of the 290 MiB it held, so at least 138 MiB were not model states" \
+        in back[2] and "activations" in back[2]
+    assert "did not all exist yet" not in back[2]
+    assert "75.00 MiB" not in back[3] and "75 MiB (78,643,200 bytes), a large one" in back[3]
+    later = _BACKWARD.replace("iteration 0 (backward)", "iteration 2 (backward)")
+    assert "at most 304 MiB of the 290 MiB" not in findings.budget_findings(_oom(later), p, 320)[2]
+    assert "they alone can explain" in findings.budget_findings(_oom(later), p, 320)[2]
+
+
+def test_died_in_names_the_innermost_known_frame():
+    def fr(file, func):
+        return dict(file=file, line=1, func=func, code="")
+    fwd = [fr("/l/train_step.py", "train_step"), fr("/t/nn/modules/module.py", "_call_impl"),
+           fr("/t/nn/modules/linear.py", "forward"), fr("/t/nn/functional.py", "gelu")]
+    assert findings.died_in(fwd)[0] == "forward"
+    step = [fr("/t/optim/optimizer.py", "wrapper"), fr("/t/optim/adam.py", "_single_tensor_adam")]
+    assert findings.died_in(step)[0] == "optimizer_step"
+    assert findings.died_in([fr("/l/train_bert.py", "main")]) == (None, None)
+    text = findings.budget_findings(dict(oom=True, lines=[], frames=[]), 19 * MiB, 320)
+    assert "cannot say which part of the step ran out" in text[2]
+
+
+def test_budget_findings_without_an_oom():
     over = findings.budget_findings(dict(oom=False), 30 * MiB // 16, 20)
     assert "over it by 10 MiB" in over[0] and "did not run out of memory" in over[1]
+
+
+_NVME_SIZES = dict(dtype="fp32", num_layers=2, h_dim=320, ff_dim=1024, num_heads=8, vocab=512,
+                   seq_len=16)
+
+
+def test_nvme_summary_splits_ram_by_the_models_tensors_and_prints_the_labs_line(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+    from dltutor.zero import swap_buffers
+    numels = swap_buffers.param_numels({k: v for k, v in _NVME_SIZES.items() if k != "dtype"})
+    small = sum(n for n in numels if n * 4 < MiB) * 4 / MiB
+    row = dict(ranks=1, dtype="fp32", params_MiB=small + 1.25, grads_MiB=10.0, optimizer_MiB=0.0)
+    line = ("NVMe offload: swap buffers sized to fit the locked-memory limit of 8 MiB (ulimit -l): "
+            "1 parameter buffer(s), optimizer sub-groups of 327,680 elements, 7.5 MiB locked")
+    log = tmp_path / "rank0.log"
+    log.write_text("[rank0] hello\n" + line + "\nDLTUTOR_METRICS {}\n")
+    out = runs.nvme_summary(row, SimpleNamespace(logs={0: str(log)}), _NVME_SIZES)
+    assert out[0] == "the lab's line: " + line
+    assert f"{small:.1f} MiB, which DeepSpeed never swaps, and 1.25 MiB of parameters in swap " \
+           "buffers (1 buffer(s) of 1.25 MiB" in out[1]
+    assert "grads" not in out[1] and "gradients 10 MiB" in out[1]
+    groups = swap_buffers.sub_groups(numels, 327_680)
+    assert f"{len(groups)} optimizer sub-group(s)" in out[2]
+    # no line: the buffers kept their fast sizes, and the kernel's limit is what it says
+    log.write_text("DLTUTOR_METRICS {}\n")
+    monkeypatch.setattr(swap_buffers, "locked_limit", lambda: (8 * MiB, 8 * MiB))
+    out = runs.nvme_summary(row, SimpleNamespace(logs={0: str(log)}), _NVME_SIZES)
+    assert "printed no 'NVMe offload:' line" in out[0] and "ulimit -l`, which the ranks " \
+        "inherit: 8 MiB" in out[0]
+    assert f"({swap_buffers.FAST_PARAM_BUFFERS} buffer(s) of 1.25 MiB" in out[1]
+    assert f"{len(swap_buffers.sub_groups(numels, max(numels)))} optimizer sub-group(s)" in out[2]
+    tiny = dict(_NVME_SIZES, h_dim=64, ff_dim=128)          # every sub-group under 1 MiB
+    out = runs.nvme_summary(row, SimpleNamespace(logs={0: str(log)}), tiny)
+    assert "under one I/O block" in out[2] and "stay in RAM" in out[2]
 
 
 def test_usage_note_reports_what_the_process_held(monkeypatch):

@@ -1,7 +1,7 @@
 """What notebook 04 prints as "what this run shows": sentences built from the numbers only.
 
     fit_findings(p, d, [16, 32], s=512, b=1, h=1024, L=192, a=16)   # the paper calculation
-    budget_findings(oom, params, budget_mb)   # why the plain run died (its OOM line, measured)
+    budget_findings(oom, params, budget_mb)   # why the plain run died (its traceback frame)
     ratio_findings(rows)                      # measured / formula per stage (section 4's sweep)
     speed_findings(rows)                      # samples/s of each stage vs stage 0, with spreads
     fsdp_findings(fsdp_row, zero0_row, zero3_row)   # FSDP2's losses and bytes beside ZeRO's
@@ -12,6 +12,7 @@ spread says "inconclusive here" (`dltutor.core.findings.INCONCLUSIVE`).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from dltutor.core.findings import INCONCLUSIVE, compare, fmt
 from dltutor.core.units import GiB, MiB
@@ -70,37 +71,103 @@ def fit_findings(p: int, d: int, device_gibs, per_stage: bool = True, **act) -> 
 _HELD = re.compile(r"held (\d+) MiB, start-up (\d+) MiB, limit (\d+) MiB")
 _ASKED = re.compile(r"(?:tried to allocate|Tried to allocate)\s+([\d.]+)\s*(bytes|KiB|MiB|GiB)")
 _PHASE = re.compile(r"OUT OF MEMORY during (.+?): ")
+_ITERATION = re.compile(r"iteration (\d+)")
 _UNITS = {"bytes": 1, "KiB": 1024, "MiB": MiB, "GiB": GiB}
+# plain PyTorch Adam keeps fp32 parameters (even under autocast): 4 p weights, 4 p gradients,
+# 8 p for the two moments; train_step clears the gradients to None before each forward
+_WEIGHTS, _GRADS, _MOMENTS = 4, 4, 8
+PHASES = {"adam_state": "the creation of Adam's state (its first step allocates exp_avg and "
+                        "exp_avg_sq for every weight)",
+          "optimizer_step": "Adam's update of the weights (optimizer step)",
+          "backward": "backward", "forward": "forward"}
 
 
-def budget_findings(oom: dict, params: int, budget_mb: float, bytes_per_param: int = 16) -> list[str]:
-    """Why the plain run failed (or did not): its formula vs the budget, then what its OOM line
-    measured: the phase, the bytes it held beyond start-up, the allocation refused."""
-    formula = bytes_per_param * params / MiB
+def died_in(frames) -> tuple[str | None, dict | None]:
+    """(phase, frame): the part of a training step the innermost frame it recognises names.
+
+    `frames` are a traceback's (innermost last, dicts with file, line, func, code, as
+    `dltutor.zero.runs.traceback_frames` reads them); phase is a key of PHASES or None."""
+    for f in reversed(frames or []):
+        name, func = f["file"].replace("\\", "/"), f["func"]
+        if func == "_init_group":
+            return "adam_state", f
+        if "/autograd/" in name or "backward" in func:
+            return "backward", f
+        if name.endswith(("/adam.py", "/adamw.py", "/optimizer.py")) or func.endswith("_adam"):
+            return "optimizer_step", f
+        if func == "forward":
+            return "forward", f
+    return None, None
+
+
+def _states_then(phase: str, first: bool, p: int) -> tuple[float, str]:
+    """At most this many MiB of model states existed when `phase` failed, and which ones."""
+    if phase == "forward":
+        return ((_WEIGHTS * p, "the weights (4 p)") if first
+                else ((_WEIGHTS + _MOMENTS) * p, "the weights and Adam's moments (12 p)"))
+    if phase == "backward" and first:
+        return (_WEIGHTS + _GRADS) * p, "the weights and the gradients made so far (8 p)"
+    return ((_WEIGHTS + _GRADS + _MOMENTS) * p,
+            "all of them (16 p)" if phase == "optimizer_step" else "at most all of them (16 p)")
+
+
+def _conclusion(phase: str | None, first: bool, p: int, full: float) -> str:
+    """What dying in `phase` says about the `full` MiB the budget held then."""
+    if phase is None:
+        return ("Its log has no traceback frame from forward, backward or Adam, so this run "
+                "cannot say which part of the step ran out.")
+    if phase == "adam_state":
+        return (f"Adam's moments ({_MOMENTS} p = {_MOMENTS * p / MiB:.0f} MiB in the formula) were "
+                "still being created, so the model states did not all exist yet: the weights, "
+                "their gradients, the moments made so far and whatever else was still allocated "
+                f"filled the {full:.0f} MiB. This run shows that 16 p of model states plus that "
+                "rest do not fit; it cannot say how much more they would have needed.")
+    states, which = _states_then(phase, first, p)
+    rest = full - states / MiB
+    other = ("Adam's temporaries and anything else still allocated" if phase == "optimizer_step"
+             else "the activations kept for backward and the autograd graph")
+    if rest <= 0:
+        return (f"Model states then: {which}, up to {states / MiB:.0f} MiB, no less than the "
+                f"{full:.0f} MiB it held: they alone can explain the failure.")
+    return (f"Model states then: {which}, at most {states / MiB:.0f} MiB of the {full:.0f} MiB "
+            f"it held, so at least {rest:.0f} MiB were not model states ({other}).")
+
+
+def _request(asked, budget: float) -> str:
+    size = float(asked.group(1)) * _UNITS[asked.group(2)]
+    shown = f"{size / MiB:.2f} MiB" if size < 10 * MiB else f"{size / MiB:.0f} MiB"
+    kind = ("a small one: the budget was already full" if size / MiB <= 0.05 * budget
+            else "a large one that did not fit in what was left")
+    return f"The refused request was for {shown} ({size:,.0f} bytes), {kind}."
+
+
+def budget_findings(oom: dict, params: int, budget_mb: float) -> list[str]:
+    """Why the plain run failed (or did not): its formula vs the budget, then where it died (the
+    innermost traceback frame of `oom["frames"]`), what that says, and the refused request."""
+    formula = (_WEIGHTS + _GRADS + _MOMENTS) * params / MiB
     room = budget_mb - formula
-    out = [f"Plain run, formula {bytes_per_param} p = {formula:.0f} MiB of model states vs a "
+    out = [f"Plain run, formula 16 p = {formula:.0f} MiB of model states vs a "
            f"{budget_mb:.0f} MiB budget: " + (f"{room:.0f} MiB left for everything else." if room >= 0
                                                 else f"over it by {-room:.0f} MiB on paper already.")]
     if not oom.get("oom"):
         return out + ["The plain run did not run out of memory here, so this run cannot say what "
                       "the budget was spent on."]
     text = "\n".join(oom.get("lines") or [])
-    phase, held, asked = _PHASE.search(text), _HELD.search(text), _ASKED.search(text)
-    out.append(f"It died during {phase.group(1) if phase else 'a phase its log does not name'}.")
+    phase_line, held, asked = _PHASE.search(text), _HELD.search(text), _ASKED.search(text)
+    phase, frame = died_in(oom.get("frames"))
+    where = (f"It died in {PHASES[phase]}: {Path(frame['file']).name}:{frame['line']} in "
+             f"{frame['func']}" + (f" (`{frame['code']}`)" if frame.get("code") else "")
+             if phase else "Its traceback names no part of the step this reads")
+    lab = f"; the lab's line says {phase_line.group(1)!r}" if phase_line else ""
+    out.append(where + lab + ".")
+    it = _ITERATION.search(phase_line.group(1)) if phase_line else None
+    full = budget_mb
     if held:
         used, start, limit = (int(x) for x in held.groups())
-        beyond = used - start
-        gap = (f"{beyond - formula:.0f} MiB more than the formula's {formula:.0f} MiB of model "
-               "states: that excess is not model states (activations, the autograd graph, Adam's "
-               "temporaries)" if beyond >= formula else
-               f"{formula - beyond:.0f} MiB less than the formula's {formula:.0f} MiB of model "
-               "states: it died before all of them existed")
-        out.append(f"When the allocator said no, the process held {beyond} MiB beyond its start-up "
-                   f"{start} MiB (limit {limit} MiB), {gap}.")
+        full = used - start
+    out.append(_conclusion(phase, bool(it and it.group(1) == "0"), params, full))
     if asked:
-        size = float(asked.group(1)) * _UNITS[asked.group(2)] / MiB
-        past = f", which would have ended {used + size - limit:.0f} MiB past the limit" if held else ""
-        out.append(f"The refused allocation asked for {size:.1f} MiB more{past}.")
+        out.append(_request(asked, budget_mb))
     return out
 
 
@@ -165,5 +232,5 @@ def fsdp_findings(fsdp_row: dict, zero0: dict, zero3: dict | None = None,
     return out
 
 
-__all__ = ["INCONCLUSIVE", "budget_findings", "fit_findings", "fsdp_findings", "ratio_findings",
-           "speed_findings", "stage_fit"]
+__all__ = ["INCONCLUSIVE", "PHASES", "budget_findings", "died_in", "fit_findings", "fsdp_findings",
+           "ratio_findings", "speed_findings", "stage_fit"]

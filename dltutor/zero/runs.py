@@ -4,6 +4,7 @@ report into rows (one per config) that notebook 04 prints and plots.
     rows, result = sweep(["zero0", "zero3"], nproc=2, sizes=dict(num_layers=2, h_dim=64))
     oom = run_plain_under_budget(sizes, budget_mb=320)   # never raises: the OOM is the result
     fsdp_row, result = run_fsdp2(nproc=2, sizes=sizes)    # PyTorch FSDP2, same model and sizes
+    nvme_summary(row, result, sizes)   # what the NVMe run kept in RAM, and why (lines to print)
 
 Memory in a row is per rank (rank 0), in MiB: `params_MiB` / `grads_MiB` / `optimizer_MiB` /
 `measured` are the model-state bytes the rank really held (dltutor.zero.memory.ModelStateMeter),
@@ -12,12 +13,15 @@ high-water mark; `samples_per_s_spread` half the min-max range of the per-step r
 """
 from __future__ import annotations
 
+import json
+import math
+import re
 from pathlib import Path
 
 from dltutor.core import course
 from dltutor.core.findings import half_range
 from dltutor.core.units import MiB
-from dltutor.zero import bert_lab
+from dltutor.zero import bert_lab, swap_buffers
 from dltutor.core.engines import clear_stale_deepspeed_shm, engine_env
 from dltutor.launch.results import LaunchError
 from dltutor.launch.run import launch
@@ -128,20 +132,39 @@ def allocator_lines(text: str) -> list[str]:
             if is_out_of_memory(ln) or "OUT OF MEMORY during" in ln]
 
 
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)\s*$')
+
+
+def traceback_frames(text: str) -> list[dict]:
+    """The frames of the last traceback in a log, innermost last: file, line, func, code."""
+    lines = text.splitlines()
+    starts = [i for i, ln in enumerate(lines) if ln.strip() == "Traceback (most recent call last):"]
+    frames = []
+    for i in range(starts[-1] + 1 if starts else len(lines), len(lines)):
+        m = _FRAME.match(lines[i])
+        if m:
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            frames.append(dict(file=m.group(1), line=int(m.group(2)), func=m.group(3),
+                               code="" if code.startswith(("File ", "^", "~")) else code))
+    return frames
+
+
 def run_plain_under_budget(sizes: dict, budget_mb: float, timeout: float = 900, env=None) -> dict:
     """train_bert.py on 1 process under the OS-enforced budget. Never raises on failure.
 
-    Returns {ok, oom, lines (the OOM lines of the log), error (first line of the LaunchError),
-    log (path of rank 0's log), row (when it trained after all)}.
+    Returns {ok, oom, lines (the OOM lines of the log), frames (its last traceback,
+    `traceback_frames`), error (first line of the LaunchError), log (path of rank 0's log),
+    row (when it trained after all)}.
     """
     try:
         row, res = run_config("plain", 1, sizes, budget_mb=budget_mb, timeout=timeout, env=env)
-        return dict(ok=True, oom=False, lines=[], error=None, log=str(res.logs.get(0)), row=row)
+        return dict(ok=True, oom=False, lines=[], frames=[], error=None, log=str(res.logs.get(0)),
+                    row=row)
     except LaunchError as err:
         text = _log_text(err.result) or str(err)
         log = str(err.result.logs.get(0)) if err.result is not None else None
         return dict(ok=False, oom=is_out_of_memory(text), lines=allocator_lines(text),
-                    error=str(err).splitlines()[0], log=log, row=None)
+                    frames=traceback_frames(text), error=str(err).splitlines()[0], log=log, row=None)
 
 
 def deepspeed_log_table(result, rank: int = 0) -> list[dict]:
@@ -171,3 +194,55 @@ def budget_rows(oom: dict, runs) -> list[dict]:
         rows.append(dict(run=name, ranks=r["ranks"], result="trained",
                          formula_MiB=round(r["predicted"]), held_MiB=round(r["measured"])))
     return rows
+
+
+_NVME_NOTE = "NVMe offload:"
+_LEAN = re.compile(r"(\d+) parameter buffer\(s\), optimizer sub-groups of ([\d,]+) elements")
+_MODEL_KEYS = ("num_layers", "h_dim", "ff_dim", "num_heads", "vocab", "seq_len")
+
+
+def nvme_note(result, rank: int = 0) -> str | None:
+    """The lab's "NVMe offload: ..." line in a rank's log (dltutor.zero.swap_buffers.fit prints
+    it when it shrank the swap buffers or raised the locked-memory limit); None without one."""
+    path = Path(result.logs.get(rank, ""))
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    line = next((ln for ln in text.splitlines() if _NVME_NOTE in ln), None)
+    return line[line.index(_NVME_NOTE):].strip() if line else None
+
+
+def _no_note() -> str:
+    soft, _ = swap_buffers.locked_limit()
+    return ("the lab printed no 'NVMe offload:' line, so the swap buffers kept the sizes it picks "
+            "for speed: they fit the locked-memory limit (this kernel's `ulimit -l`, which the "
+            "ranks inherit: " + ("unlimited" if soft is None else f"{soft / MiB:.3g} MiB") + ")")
+
+
+def nvme_summary(row: dict, result, sizes: dict, config: str = "zero3_offload_nvme") -> list[str]:
+    """What the NVMe run kept in RAM and why: the lab's swap-buffer line (or the limit), the
+    parameters DeepSpeed never swaps (under one aio block), the swap buffers, and where Adam's
+    state went (per optimizer sub-group), from its log, its metrics and the model's tensor sizes."""
+    note = nvme_note(result)
+    aio = json.loads(course.lab(f"04_deepspeed/configs/{config}.json").read_text()).get("aio", {})
+    block = max(MiB, int(aio.get("block_size", MiB)))        # DeepSpeed's min_aio_bytes
+    elem = 4 if row.get("dtype", sizes.get("dtype")) == "fp32" else 2
+    numels = swap_buffers.param_numels({k: sizes[k] for k in _MODEL_KEYS if k in sizes})
+    parts = [math.ceil(n / (row.get("ranks") or 1)) for n in numels]
+    small = [n for n in parts if n * elem < block]
+    resident = sum(small) * elem / MiB
+    lean = _LEAN.search(note or "")
+    count, group = ((int(lean.group(1)), int(lean.group(2).replace(",", ""))) if lean
+                    else (swap_buffers.FAST_PARAM_BUFFERS, max(numels)))
+    buffer_mib = max(parts) * elem / MiB
+    groups = [sum(parts[i] for i in g) for g in swap_buffers.sub_groups(parts, group)]
+    kept = [n for n in groups if n * 4 < block]                # fp32 state per sub-group
+    adam = (f"Adam's state: {len(groups)} optimizer sub-group(s) of the flat fp32 partition, "
+            + ("all at least one I/O block: all of it is swapped to disk." if not kept else
+               f"{len(kept)} under one I/O block: their fp32 weights and moments "
+               f"({12 * sum(kept) / MiB:.2f} MiB) stay in RAM, the rest is on disk."))
+    return [f"the lab's line: {note}" if note else f"swap buffers: {_no_note()}",
+            f"in RAM, parameters {row['params_MiB']:.1f} MiB: the {len(small)} tensors under one "
+            f"I/O block ({block / MiB:g} MiB), {resident:.1f} MiB, which DeepSpeed never swaps, and "
+            f"{row['params_MiB'] - resident:.2f} MiB of parameters in swap buffers ({count} "
+            f"buffer(s) of {buffer_mib:.2f} MiB as sized); gradients {row['grads_MiB']:.0f} MiB "
+            f"(DeepSpeed's fp32 partition); optimizer {row['optimizer_MiB']:.0f} MiB.",
+            adam]
