@@ -101,3 +101,13 @@ def test_the_doctor_names_your_folder_and_says_when_you_cannot_write_it(clean, t
     clean.setenv("DLTUTOR_USER_DIR", str(tmp_path / "file" / "sub"))
     row = doctor._user_row()
     assert row.status == doctor.PROBLEM and "DLTUTOR_USER_DIR" in row.fix
+
+
+def test_a_launch_whose_log_folder_cannot_be_made_says_what_to_set(clean, tmp_path):
+    from dltutor.launch.run import launch
+    (tmp_path / "file").write_text("")
+    clean.setenv("DLTUTOR_USER_DIR", str(tmp_path / "file" / "sub"))
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello')\n")
+    with pytest.raises(PermissionError, match="set DLTUTOR_USER_DIR"):
+        launch(script, nproc=1, backend="python", timeout=60)

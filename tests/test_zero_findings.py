@@ -280,3 +280,14 @@ def test_notebook_04_prints_its_findings_and_no_longer_states_them():
                    "Measured model-state bytes match the formula per stage"):
         assert stated not in md, f"notebook 04 still states a result in prose: {stated!r}"
     assert "Zero Redundancy Optimizer" in md and "k_g=4" in md and "16k_l + 2" in md
+
+
+def test_swap_files_are_split_by_what_deepspeed_wrote_into_them(tmp_path):
+    from dltutor.zero import runs as zruns
+    files = []
+    for name, size in (("7_gradient_0_10.tensor.swp", 2 * 2**20), ("3_param.tensor.swp", 2**20),
+                       ("optimizer_0_exp_avg.tensor.swp", 2**20)):
+        (tmp_path / name).write_bytes(b"\0" * size)
+        files.append(tmp_path / name)
+    assert zruns.swap_kinds(files) == ("1 of them (2 MiB) fp32 gradients of swapped parameters, "
+                                       "2 parameters and Adam's state")

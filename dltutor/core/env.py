@@ -100,7 +100,12 @@ def user_dir() -> Path:
 
 def user_folder(*parts: str) -> Path:
     """`user_dir()/parts...`, made if missing; one clear error when it cannot be written."""
-    path = user_dir().joinpath(*parts)
+    return made(user_dir().joinpath(*parts))
+
+
+def made(path) -> Path:
+    """The folder `path`, made if missing; when it cannot be, one error that says what to set."""
+    path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

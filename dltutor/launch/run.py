@@ -258,7 +258,7 @@ def launch(script, nproc: int | None = None, args=(), backend: str = "local", en
     tag = uuid.uuid4().hex[:12]
     log_dir = Path(log_dir) if log_dir else _env.runs_dir() / (
         time.strftime("%Y%m%d-%H%M%S-") + Path(script).stem + "-" + tag[:6])
-    log_dir.mkdir(parents=True, exist_ok=True)
+    _env.made(log_dir)                  # one clear error when the user's folder is not writable
     n_threads = str(threads or _env.threads_per_rank(nproc))
     child_env = clean_env(os.environ, be)
     child_env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS=n_threads, MKL_NUM_THREADS=n_threads,

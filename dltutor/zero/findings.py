@@ -77,7 +77,7 @@ _UNITS = {"bytes": 1, "KiB": 1024, "MiB": MiB, "GiB": GiB}
 # 8 p for the two moments; train_step clears the gradients to None before each forward
 _WEIGHTS, _GRADS, _MOMENTS = 4, 4, 8
 PHASES = {"adam_state": "the creation of Adam's state (its first step allocates exp_avg and "
-                        "exp_avg_sq for every weight)",
+                        "exp_avg_sq for every parameter)",
           "optimizer_step": "Adam's update of the weights (optimizer step)",
           "backward": "backward", "forward": "forward"}
 

@@ -217,6 +217,14 @@ def _no_note() -> str:
             "ranks inherit: " + ("unlimited" if soft is None else f"{soft / MiB:.3g} MiB") + ")")
 
 
+def swap_kinds(files) -> str:
+    """The swap files by what DeepSpeed wrote into them, from their names: "... of gradients, ..."."""
+    grads = [f for f in files if "_gradient_" in Path(f).name]
+    size = sum(Path(f).stat().st_size for f in grads if Path(f).exists()) / MiB
+    return (f"{len(grads)} of them ({size:.0f} MiB) fp32 gradients of swapped parameters, "
+            f"{len(files) - len(grads)} parameters and Adam's state")
+
+
 def nvme_summary(row: dict, result, sizes: dict, config: str = "zero3_offload_nvme") -> list[str]:
     """What the NVMe run kept in RAM and why: the lab's swap-buffer line (or the limit), the
     parameters DeepSpeed never swaps (under one aio block), the swap buffers, and where Adam's
@@ -244,5 +252,6 @@ def nvme_summary(row: dict, result, sizes: dict, config: str = "zero3_offload_nv
             f"I/O block ({block / MiB:g} MiB), {resident:.1f} MiB, which DeepSpeed never swaps, and "
             f"{row['params_MiB'] - resident:.2f} MiB of parameters in swap buffers ({count} "
             f"buffer(s) of {buffer_mib:.2f} MiB as sized); gradients {row['grads_MiB']:.0f} MiB "
-            f"(DeepSpeed's fp32 partition); optimizer {row['optimizer_MiB']:.0f} MiB.",
+            f"(DeepSpeed's fp32 partition is 4 p = {4 * sum(parts) / MiB:.0f} MiB of it); optimizer "
+            f"{row['optimizer_MiB']:.0f} MiB.",
             adam]
