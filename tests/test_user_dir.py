@@ -72,7 +72,7 @@ def test_a_shared_read_only_ops_folder_becomes_the_users_copy(clean, tmp_path):
     os.chmod(shared, 0o555)
     try:
         if os.access(shared, os.W_OK):                        # root writes anyway: say we cannot
-            clean.setattr(env, "_writable", lambda folder: False)
+            clean.setattr(env, "writable", lambda folder: False)
         mine = env.extensions_dir()
     finally:
         os.chmod(shared, 0o755)

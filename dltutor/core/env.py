@@ -167,13 +167,14 @@ def extensions_dir() -> Path:
     else:
         tag = hashlib.sha1(os.path.realpath(sys.prefix).encode()).hexdigest()[:10]
         shared = cache_dir() / "torch_extensions" / f"env-{tag}"
-    if _writable(shared):
+    if writable(shared):
         return shared
     return user_extensions(shared)
 
 
-def _writable(folder: Path) -> bool:
+def writable(folder) -> bool:
     """`folder` can be written by this user, or made where it would go."""
+    folder = Path(folder)
     while not folder.exists():
         if folder.parent == folder:
             return False

@@ -8,7 +8,6 @@ this user may write it, else into the user's own `<user_dir>/data`, where it is 
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable
 
@@ -20,23 +19,13 @@ def own_data_dir() -> Path:
     return env.user_dir() / "data"
 
 
-def writable(folder) -> bool:
-    """True when this user may write `folder`, or make it where it would go."""
-    folder = Path(folder)
-    while not folder.exists():
-        if folder.parent == folder:
-            return False
-        folder = folder.parent
-    return os.access(folder, os.W_OK | os.X_OK)
-
-
 def for_writing(root) -> Path:
     """`root` when this user may write it, else their own data folder."""
-    return Path(root) if writable(root) else own_data_dir()
+    return Path(root) if env.writable(root) else own_data_dir()
 
 
 def holding(root, present: Callable[[Path], bool]) -> Path:
     """Where a data set is read or made: `root` when it is there (`present(root)`) or this user may
     write it, else the user's own data folder (where it is, or is to be made)."""
     root = Path(root)
-    return root if present(root) or writable(root) else own_data_dir()
+    return root if present(root) or env.writable(root) else own_data_dir()
