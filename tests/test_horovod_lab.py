@@ -241,21 +241,3 @@ def test_setting_sweeps_plot_marks_the_labs_values_and_ddp(capsys):
         assert bars[dark].get_facecolor() != next(b for k, b in bars.items()
                                                   if k != dark).get_facecolor()
         assert any("DDP" in t.get_text() for t in ax.get_legend().get_texts())
-
-
-def test_horovodrun_naming_only_the_rank_that_exited_first_still_blames_the_first_error():
-    """horovodrun names one process (the first to exit); a rank whose traceback came first and
-    that exited later is still the one blamed, and the rank that only saw Horovod shut down is not
-    (a race seen in a CI run: rank 0 exited first)."""
-    from dltutor.launch.run import _Run, get_backend
-    run = object.__new__(_Run)
-    run.backend = get_backend("horovod")
-    run.launcher_lines = ["Process 0 exit with status code 1.",     # horovodrun's lines, as seen
-                          "Terminating remaining workers after failure of Process 0."]
-    run.tails = {0: ["Traceback (most recent call last):", "horovod.common.exceptions."
-                     "HorovodInternalError: Horovod has been shut down. This was caused by an "
-                     "exception on one of the ranks"],
-                 1: ["Traceback (most recent call last):", "RuntimeError: rank 1 fails on purpose"]}
-    run.first_error = {1: 10.0, 0: 10.4}
-    blamed, failed = run.blame()
-    assert blamed == [1] and failed == [1, 0], (blamed, failed)

@@ -223,8 +223,8 @@ class _Run:
     def blame(self) -> tuple[list[int], list[int]]:
         """(ranks to blame, every failed rank): not those the launcher stopped (SIGTERM/SIGKILL)
         nor those that only lost a peer in a collective, unless nothing else is left."""
-        codes = {**{r: None for r, tail in self.tails.items() if any("Traceback" in t for t in tail)},
-                 **self.backend.failures("\n".join(self.launcher_lines))}   # horovodrun names one
+        codes = self.backend.failures("\n".join(self.launcher_lines)) or {
+            r: None for r, tail in self.tails.items() if any("Traceback" in t for t in tail)}
         first = lambda r: (self.first_error.get(r, float("inf")), r)  # noqa: E731
         return (blame_ranks(codes, lambda r: "\n".join(self.tails[r]), self.backend.stop_codes,
                             self.first_error), sorted(codes, key=first))
