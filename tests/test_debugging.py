@@ -148,6 +148,9 @@ def test_the_launcher_names_the_killed_rank(backend):
     assert k["message"].startswith("rank 1 failed"), k
     if backend == "torchrun":
         assert any("-9" in ln for ln in runs.launcher_lines(out, ("exitcode",))), runs.launcher_lines(out)
+    else:   # the warm start waits STOP_GRACE before its SIGTERM: the survivor's error is kept
+        assert list(k["survivors"]) == [0], (k, runs.launcher_lines(out))
+        assert "stopping the other ranks in 1 s" in "\n".join(runs.launcher_lines(out)), out.failure
     _nothing_left(out)
 
 

@@ -241,3 +241,34 @@ def test_setting_sweeps_plot_marks_the_labs_values_and_ddp(capsys):
         assert bars[dark].get_facecolor() != next(b for k, b in bars.items()
                                                   if k != dark).get_facecolor()
         assert any("DDP" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+def _blamed_after(backend: str, launcher_lines: list[str]):
+    from dltutor.launch.run import _Run, get_backend
+    run = object.__new__(_Run)
+    run.backend = get_backend(backend)
+    run.launcher_lines = launcher_lines
+    run.tails = {0: ["Traceback (most recent call last):", "horovod.common.exceptions."
+                     "HorovodInternalError: Horovod has been shut down. This was caused by an "
+                     "exception on one of the ranks"],
+                 1: ["Traceback (most recent call last):", "RuntimeError: rank 1 fails on purpose"]}
+    run.first_error = {1: 10.0, 0: 10.4}
+    return run.blame()
+
+
+def test_horovodrun_naming_only_the_rank_that_exited_first_still_blames_the_first_error():
+    """horovodrun names one process (the first to exit); a rank whose traceback came first and
+    that exited later is still the one blamed, and the rank that only saw Horovod shut down is not
+    (a race seen in a CI run: rank 0 exited first)."""
+    blamed, failed = _blamed_after("horovod", ["Process 0 exit with status code 1.",
+                                               "Terminating remaining workers after failure of "
+                                               "Process 0."])
+    assert blamed == [1] and failed == [1, 0], (blamed, failed)
+
+
+def test_a_launcher_that_names_every_failed_rank_is_taken_at_its_word():
+    # torchrun names each failed rank: a traceback of a rank it does not name (a survivor that
+    # raised after a peer's death and exited 0... or was stopped) does not make that rank failed
+    blamed, failed = _blamed_after("torchrun", ["[default1]:  rank      : 1 (local_rank: 1)\n"
+                                                "  exitcode  : 1 (pid: 42)"])
+    assert failed == [1], failed

@@ -20,6 +20,7 @@ class Backend:
     needs_port = False   # True: launch() picks a free 127.0.0.1 port and passes it in
     local = True         # True: rank variables inherited from the kernel are removed
     stop_codes = (-9, -15)  # exit codes of ranks the launcher itself stopped after a failure
+    names_first_only = False  # True: the launcher names only the first rank to exit (horovodrun)
 
     def on_nodes(self, nodes: int) -> "Backend":
         """This back end on `nodes` nodes; only Slurm's goes past this node."""
@@ -135,9 +136,12 @@ class HorovodBackend(Backend):
     Horovod the flag is left out (see `horovod_controller_flags`).
 
     horovodrun prefixes each rank's lines with `[<rank>]<stdout>:` (Gloo) or
-    `[<job>,<rank>]<stdout>:` (MPI) and prints `Process <rank> exit with status code <n>.`
+    `[<job>,<rank>]<stdout>:` (MPI) and prints `Process <rank> exit with status code <n>.` for
+    the first process to exit only, which may be a rank that saw Horovod shut down, not the one
+    that failed: the launch counts the ranks with a traceback as failed too (`names_first_only`).
     """
     name = "horovod"
+    names_first_only = True
     _line = re.compile(r"^\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>:(.*)$", re.S)
     _failed = re.compile(r"Process (\d+) exit with status code (-?\d+)")
 

@@ -47,6 +47,16 @@ def lost_peer(log_tail: str) -> bool:
     return bool(_PEER_LOST.search(error_lines(log_tail)))
 
 
+def failed_codes(backend, launcher_text: str, tails: dict) -> dict:
+    """{rank: exit code or None} of the failed ranks: those the launcher names, and the ranks with
+    a traceback where it names none or names only the first process to exit (horovodrun)."""
+    named = backend.failures(launcher_text)
+    if named and not backend.names_first_only:
+        return named
+    traced = {r: None for r, tail in tails.items() if any("Traceback" in t for t in tail)}
+    return {**traced, **named}
+
+
 def blame_ranks(codes: dict, tail_of, stopped=(-9, -15), first_error=None) -> list[int]:
     """The ranks to blame among the failed ones ({rank: exit code, -9/-15 killed/terminated}):
     not those that only lost a peer (`tail_of(rank)` = its last lines) nor those the launcher

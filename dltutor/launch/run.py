@@ -42,7 +42,8 @@ from dltutor.launch.backends import Backend, HorovodBackend, PythonBackend, Torc
 from dltutor.launch.processes import (TAG_ENV, check_capacity, checked_request, clean_env,
                                       course_of_ranks, rank_of, tagged_processes)
 from dltutor.launch.results import (LaunchError, LaunchResult, LaunchTimeout,
-                                    aborted_after_reporting, blame_ranks, failure_message)
+                                    aborted_after_reporting, blame_ranks, failed_codes,
+                                    failure_message)
 from dltutor.launch.slurm import SlurmBackend
 from dltutor.launch.waiting import Waiting
 from dltutor.launch.warm import WarmBackend, local_backend_name
@@ -223,8 +224,7 @@ class _Run:
     def blame(self) -> tuple[list[int], list[int]]:
         """(ranks to blame, every failed rank): not those the launcher stopped (SIGTERM/SIGKILL)
         nor those that only lost a peer in a collective, unless nothing else is left."""
-        codes = self.backend.failures("\n".join(self.launcher_lines)) or {
-            r: None for r, tail in self.tails.items() if any("Traceback" in t for t in tail)}
+        codes = failed_codes(self.backend, "\n".join(self.launcher_lines), self.tails)
         first = lambda r: (self.first_error.get(r, float("inf")), r)  # noqa: E731
         return (blame_ranks(codes, lambda r: "\n".join(self.tails[r]), self.backend.stop_codes,
                             self.first_error), sorted(codes, key=first))

@@ -12,7 +12,10 @@ warm start's own note, from the launch that started the server):
     and the launch retries on another port),
   * makes a stdout and a stderr pipe per rank and hands them to the server with the request,
   * prints every line a rank writes as `[rank<N>]:<line>` (what dltutor.launch.run splits),
-  * when a rank fails, says so and SIGTERMs the others (the launch's watchdog SIGKILLs later);
+  * when a rank fails, says so and SIGTERMs the others STOP_GRACE s later (the launch's watchdog
+    SIGKILLs later still): a survivor blocked in a collective with the dead rank gets that long
+    to raise and report its own error, instead of a race against our signal that it loses
+    most times (torchrun's agent polls every 0.1 s, so there the survivor's error comes or not);
   * on SIGTERM or SIGINT, SIGTERMs the ranks and a second time SIGKILLs them; if this process is
     killed outright the server sees the socket close and SIGKILLs the ranks;
   * ends with one `rank R exited with code C` line per rank that failed (`(stopped by the
@@ -24,7 +27,9 @@ import selectors
 import signal
 import socket
 import sys
+import time
 
+STOP_GRACE = 1.0   # s between "rank R failed" and SIGTERM to the others
 FIRST_KEYS = ("DLTUTOR_LAUNCH_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
               "MASTER_ADDR", "MASTER_PORT", "DLTUTOR_WARM_START")
 _signals = []
@@ -73,6 +78,7 @@ class Relay:
         self.partial = {fd: b"" for fd in fds}
         self.codes, self.started, self.stopping, self.open_pipes = {}, {}, 0, len(fds)
         self.stopped = set()   # ranks that ended by our signal after a failure or a stop
+        self.stop_at = None    # when to SIGTERM the others after a failure
 
     def signal(self, sig: int) -> None:
         try:
@@ -114,19 +120,26 @@ class Relay:
         elif "exited" in msg:
             rank, code = msg["exited"], msg["code"]
             self.codes[rank] = code
-            if self.stopping and code < 0:   # a signal from us, after another rank failed
+            if self.stopping and self.stop_at is None and code < 0:   # our signal ended it
                 self.stopped.add(rank)
             if code != 0 and not self.stopping:
-                say(f"rank {rank} failed (exitcode: {code}); stopping the other ranks (SIGTERM)")
-                self.stopping = 1
-                self.signal(signal.SIGTERM)
+                say(f"rank {rank} failed (exitcode: {code}); stopping the other ranks in "
+                    f"{STOP_GRACE:g} s (SIGTERM)")
+                self.stopping, self.stop_at = 1, time.monotonic() + STOP_GRACE
         return True
+
+    def on_failure_grace(self) -> None:
+        if self.stop_at is not None and time.monotonic() >= self.stop_at:
+            self.stop_at = None
+            if len(self.codes) < self.nproc:
+                self.signal(signal.SIGTERM)
 
     def on_signal(self) -> None:
         while _signals:
             _signals.pop()
-            self.stopping += 1
-            self.signal(signal.SIGTERM if self.stopping == 1 else signal.SIGKILL)
+            first = not self.stopping or self.stop_at is not None   # nothing signalled yet
+            self.stopping, self.stop_at = self.stopping + 1, None
+            self.signal(signal.SIGTERM if first else signal.SIGKILL)
 
     def run(self) -> int:
         alive = True
@@ -138,6 +151,7 @@ class Relay:
                         self.sel.unregister(self.sock)
                 else:
                     self.on_pipe(key.fd, key.data)
+            self.on_failure_grace()
             self.on_signal()
         failed = {r: c for r, c in sorted(self.codes.items()) if c != 0}
         for rank, code in failed.items():
