@@ -262,7 +262,16 @@ start_node() {  # start_node <name>: slurmd and sshd of one node, in its own UTS
     slurmd -f "$3" -N "$1"
     /usr/sbin/sshd -f "$2/ssh/sshd_config" -o ListenAddress="$4" -o PidFile="$2/sshd-$1.pid" -E "$2/log/sshd-$1.log"
   ' start_node "$name" "$STATE" "$CONF" "$addr" || die "node $name did not start: see $STATE/log/slurmd-$name.log"
+  wait_pidfile "$STATE/slurmd-$name.pid" "slurmd of node $name" "$STATE/log/slurmd-$name.log"
   readlink "/proc/$(cat "$STATE/slurmd-$name.pid")/ns/uts" > "$STATE/ns-$name"
+}
+
+wait_pidfile() {  # wait_pidfile <file> <what> <log>: a daemon writes its pid file after it forks
+  local deadline=$(( $(date +%s) + TIMEOUT ))
+  until [ -s "$1" ] && [ -d "/proc/$(cat "$1" 2>/dev/null)" ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || die "$2 wrote no pid file ($1) within $TIMEOUT s: see $3"
+    sleep 0.1
+  done
 }
 
 node_pids() {  # node_pids <name>: every process in the node's UTS namespace
@@ -347,6 +356,7 @@ cmd_start() {
   write_nodes
   write_conf
   slurmctld -f "$CONF" -i || die "slurmctld did not start: see $STATE/log/slurmctld.log"
+  wait_pidfile "$STATE/slurmctld.pid" slurmctld "$STATE/log/slurmctld.log"
   if multi; then
     write_node_files
     [ -z "$LINK" ] || make_link

@@ -130,6 +130,7 @@ def test_sigterm_to_the_batch_cli_cancels_the_job(slurm_cluster, tmp_path):
     try:
         first = proc.stdout.readline()
         job_id = re.match(r"submitted Slurm job (\d+)", first).group(1)
+        assert proc.stdout.readline() == f"course environment: {sys.prefix}\n"   # checked first
         assert proc.stdout.readline().startswith("job ") and proc.stdout.readline() == "0: up\n"
         assert slurm.job_state(job_id)[0] == "RUNNING"
         proc.terminate()
@@ -162,10 +163,8 @@ def test_render_job_for_every_site(name, monkeypatch):
             assert last.startswith(f"mpiexec -n {nodes * tpn} --ppn {tpn} ")
             assert 'MASTER_ADDR=$(head -n1 "$PBS_NODEFILE")' in text
             continue
-        if site["partition"]:
-            assert f"#SBATCH --partition={site['partition']}\n" in text
-        else:   # Perlmutter: constraint + QOS instead of a partition
-            assert "#SBATCH --constraint=gpu" in text and "#SBATCH --qos=" in text
+        flag = site.get("queue_directive", "--partition")   # Perlmutter: a QOS, not a partition
+        assert f"#SBATCH {flag}={site['partition']}\n" in text
         assert ("#SBATCH --account=proj123" in text) == bool(site["account"])
         assert f"#SBATCH --nodes={nodes}\n" in text
         for module in site["modules"]:
@@ -183,7 +182,7 @@ def test_render_job_for_every_site(name, monkeypatch):
 
 
 def test_torchrun_line_is_evaluated_per_node_with_quoted_args():
-    text = sites.render_job("frontera", "/w/my lab.py", nodes=4, args=["--name", "a b$c"])
+    text = sites.render_job("frontera", "/w/my lab.py", nodes=4, args=["--name", "a b$c"], account="p")
     last = text.rstrip().splitlines()[-1]
     assert last.startswith('srun --label --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "')
     inner = subprocess.run(["bash", "-c", f"printf '%s\\n' {last.split('bash -c ', 1)[1]}"],
@@ -196,8 +195,10 @@ def test_torchrun_line_is_evaluated_per_node_with_quoted_args():
 
 def test_account_placeholder_is_refused_until_set(monkeypatch, tmp_path):
     monkeypatch.delenv("DLTUTOR_ACCOUNT", raising=False)
-    text = sites.render_job("perlmutter", "train.py", nodes=2)
-    assert "#SBATCH --account=${DLTUTOR_ACCOUNT}" in text   # visible, never a real account
+    with pytest.raises(ValueError, match="export DLTUTOR_ACCOUNT="):   # rendering refuses it
+        sites.render_job("perlmutter", "train.py", nodes=2)
+    text = sites.render_job("perlmutter", "train.py", nodes=2, account="m1234").replace(
+        "--account=m1234", "--account=${DLTUTOR_ACCOUNT}")   # a script edited by hand
     with pytest.raises(slurm.SlurmError, match="export DLTUTOR_ACCOUNT="):
         slurm.submit(text, tmp_path)
     assert not (tmp_path / "job.sbatch").exists()
@@ -379,3 +380,25 @@ def test_a_killed_kernel_ends_its_srun_step(allocation, tmp_path):
     finally:
         if kernel.poll() is None:
             kernel.kill()
+
+
+def test_the_cluster_start_waits_for_a_daemons_pid_file(tmp_path):
+    """slurmd and slurmctld write their pid files after they fork: the start waits for each (a
+    start under load once read slurmd-node1.pid before it existed), with a timeout and one error."""
+    script = (Path(__file__).resolve().parents[1] / "scripts/slurm_local.sh").read_text()
+    func = script[script.index("wait_pidfile() {"):]
+    func = func[:func.index("\n}\n") + 3]
+    pidfile = tmp_path / "slurmd-node1.pid"
+    run = lambda: subprocess.run(  # noqa: E731
+        ["bash", "-c", 'die() { echo "ERROR: $*"; exit 1; }\nTIMEOUT=2\n' + func
+         + f'wait_pidfile {pidfile} "slurmd of node node1" /log/slurmd-node1.log && echo waited'],
+        capture_output=True, text=True, timeout=30)
+    writer = subprocess.Popen(["bash", "-c", f"sleep 0.5; echo $$ > {pidfile}; sleep 5"])
+    try:
+        assert run().stdout.strip() == "waited"
+    finally:
+        writer.kill()
+        writer.wait()
+    pidfile.unlink()
+    assert run().stdout.strip() == (f"ERROR: slurmd of node node1 wrote no pid file ({pidfile}) "
+                                    "within 2 s: see /log/slurmd-node1.log")

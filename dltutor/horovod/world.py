@@ -25,8 +25,8 @@ def world_mismatch(horovod_size: int, environ=None) -> str | None:
     return (f"rank {info['rank']}: {launcher} started {info['world_size']} tasks but Horovod "
             f"sees a world of {horovod_size}: this Horovod has Gloo and no MPI, and without "
             "horovodrun's rendezvous every task trains alone. Start the ranks with horovodrun "
-            "(`horovodrun -np N -H node1:K,node2:K --gloo python ...`; in a job script: "
-            "render_job(..., launcher='horovodrun')), or use a Horovod built with MPI.")
+            "(`horovodrun -np N -H node1:K,node2:K --gloo python ...`; a job script from "
+            "render_job(site, lab 03) already does), or use a Horovod built with MPI.")
 
 
 def check_world_size(horovod_size: int, environ=None) -> None:

@@ -14,6 +14,8 @@
   job_faults.py  why a Slurm job failed (the task, or the node Slurm lost, and its ranks) or never starts
   hostfile.py  a DeepSpeed hostfile / horovodrun -H list checked against the job's nodes and tasks
   nodes.py     the nodes a launch can use: this kernel's Slurm job, the cluster's nodes in service
-  sites.py     site profiles (partition, GPUs per node, modules) and job scripts from templates
+  sites.py     site profiles (queues and limits, GPUs per node, modules, environment, account) and
+               job scripts from templates; site_lines.py builds their set-up and launch lines
+  gpu_bind.py  starts a rank with only the GPU its site's order gives its local rank
 Used by notebooks 02-07 (and their labs when run from a kernel); imports only dltutor.core.
 """

@@ -8,8 +8,10 @@ before the launcher runs, with one message naming the host and the job's nodes.
 
     python -m dltutor.launch.hostfile --hostfile "$HOSTFILE"     # DeepSpeed: "node1 slots=2" lines
     python -m dltutor.launch.hostfile -H "$HOSTS"                # horovodrun: "node1:2,node2:2"
+    python -m dltutor.launch.hostfile -H "$HOSTS" --nodefile "$PBS_NODEFILE"    # in a PBS job
 
-Run inside the job (it reads SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE); exit 0 with one
+Run inside the job (it reads SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE; in a PBS job the
+nodes are the lines of --nodefile and PBS_JOBID names the job, slots are not checked); exit 0 with one
 line saying what matched, or 2 with the message on stderr (the job script's `set -e` stops there).
 """
 from __future__ import annotations
@@ -104,12 +106,25 @@ def mismatch(entries, nodes: list[str], tasks: dict[str, int], what: str, job: s
     return None
 
 
-def check(entries, what: str, environ=None) -> str:
+def nodefile_nodes(path: str) -> list[str]:
+    """The nodes of a PBS job: the distinct lines of its node file, in order."""
+    try:
+        lines = open(path).read().split()
+    except OSError as exc:
+        raise HostfileError(f"cannot read the node file {path}: {exc.strerror} (run this check in "
+                            "the PBS job script, with --nodefile \"$PBS_NODEFILE\")") from None
+    return list(dict.fromkeys(lines))
+
+
+def check(entries, what: str, environ=None, nodefile: str | None = None) -> str:
     """One line saying what matched; HostfileError with the message when an entry does not fit."""
     e = os.environ if environ is None else environ
-    nodes = job_nodes(e)
-    job = f"job {e.get('SLURM_JOB_ID', '?')}"
-    tasks = tasks_per_node(e.get("SLURM_TASKS_PER_NODE", ""), nodes)
+    if nodefile:
+        nodes, job, tasks = nodefile_nodes(nodefile), f"job {e.get('PBS_JOBID', '?')}", {}
+    else:
+        nodes = job_nodes(e)
+        job = f"job {e.get('SLURM_JOB_ID', '?')}"
+        tasks = tasks_per_node(e.get("SLURM_TASKS_PER_NODE", ""), nodes)
     problem = mismatch(entries, nodes, tasks, what, job)
     if problem:
         raise HostfileError(problem)
@@ -122,6 +137,7 @@ def main(argv=None) -> int:
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--hostfile", help="a DeepSpeed hostfile (`host slots=N` lines)")
     group.add_argument("-H", "--hosts", help="a horovodrun host list (`node1:2,node2:2`)")
+    p.add_argument("--nodefile", help="a PBS job's node file ($PBS_NODEFILE): its nodes, not Slurm's")
     a = p.parse_args(argv)
     try:
         if a.hostfile:
@@ -129,9 +145,9 @@ def main(argv=None) -> int:
                 text = open(a.hostfile).read()
             except OSError as exc:
                 raise HostfileError(f"cannot read hostfile {a.hostfile}: {exc.strerror}") from None
-            line = check(parse_hostfile(text), f"hostfile {a.hostfile}")
+            line = check(parse_hostfile(text), f"hostfile {a.hostfile}", nodefile=a.nodefile)
         else:
-            line = check(parse_hosts(a.hosts), f"-H {a.hosts}")
+            line = check(parse_hosts(a.hosts), f"-H {a.hosts}", nodefile=a.nodefile)
     except HostfileError as exc:
         print(f"dltutor.launch.hostfile: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -253,13 +253,19 @@ def main(argv=None) -> int:
     p.add_argument("action", choices=["render", "batch"])
     for flag, kind, default in (("--site", str, "local"), ("--nodes", int, 1), ("--time", str, "00:10:00"),
                                 ("--tasks-per-node", int, None), ("--timeout", float, 600.0),
-                                ("--workdir", str, None)):
+                                ("--workdir", str, None), ("--account", str, None),
+                                ("--queue", str, None), ("--launcher", str, None)):
         p.add_argument(flag, type=kind, default=default, help=" ")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     if a.action == "render":
-        print(render_job(a.site, a.script, a.nodes, a.tasks_per_node, a.args, a.time))
+        try:
+            print(render_job(a.site, a.script, a.nodes, a.tasks_per_node, a.args, a.time,
+                             launcher=a.launcher, account=a.account, queue=a.queue))
+        except ValueError as exc:
+            print(f"dltutor.launch.slurm: {exc}", file=sys.stderr)
+            return 2
         return 0
     signal.signal(signal.SIGTERM, signal.default_int_handler)   # a launcher's kill cancels the job
     try:

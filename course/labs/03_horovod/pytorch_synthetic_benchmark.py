@@ -12,9 +12,10 @@ Launch forms (run in this lab's folder; the script is the same in all of them):
   srun --ntasks 8 --ntasks-per-node 4 python pytorch_synthetic_benchmark.py   # MPI builds only
   mpirun -np 8 -H node1:4,node2:4 -bind-to none -map-by slot \\
       python pytorch_synthetic_benchmark.py                         # where Horovod has MPI
-In a Slurm job, the script that print(dltutor.launch.sites.render_job(site, this_file, nodes=2,
-tasks_per_node=K, launcher="horovodrun")) gives runs horovodrun on the first node with
--H node1:K,node2:K from the job's node list; horovodrun starts every rank over ssh
+In a Slurm or PBS job, the script that print(dltutor.launch.sites.render_job(site, this_file,
+nodes=2, tasks_per_node=K)) gives (horovodrun is this lab's launcher at every site) runs horovodrun
+on the first node with -H node1:K,node2:K from the job's node list ($PBS_NODEFILE under PBS);
+horovodrun starts every rank over ssh
 (course/labs/slurm/launchers.toml says how it tells local from remote hosts and why the script
 names the network interface). On the course's test
 cluster, 2 nodes x 1 rank prints "ranks on hosts: node1 [0], node2 [1]" and gives the losses of
