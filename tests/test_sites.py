@@ -119,8 +119,9 @@ def test_a_pbs_site_offers_only_what_pbs_can_run():
     site = profile(scheduler="pbs", template="pbs/polaris.pbs.tmpl", launcher="mpiexec",
                    gpus_per_node=4, cpus_per_task=16)
     for launcher in ("srun", "torchrun"):
-        with pytest.raises(ValueError, match=rf"unknown launcher '{launcher}' for a pbs job at "
-                                             r"made-up; choose one of \['deepspeed', 'horovodrun', 'mpiexec'\]"):
+        with pytest.raises(ValueError, match=rf"launcher '{launcher}' cannot start ranks in a pbs "
+                                             r"job at made-up; choose one of \['deepspeed', "
+                                             r"'horovodrun', 'mpiexec'\]"):
             sites.render_job(site, LAB02, nodes=2, launcher=launcher)
     for lab, launcher in ((LAB02, "mpiexec"), (LAB03, "horovodrun"), (LAB04, "deepspeed")):
         text = sites.render_job(site, lab, nodes=2, launcher=None if lab != LAB04 else launcher)

@@ -50,10 +50,12 @@ def default_launcher(script, site: dict) -> str:
 
 def launch_form(site: dict, launcher: str) -> str:
     known = forms(site["scheduler"])
-    if launcher not in known:
-        raise ValueError(f"unknown launcher {launcher!r} for a {site['scheduler']} job at "
-                         f"{site['key']}; choose one of {sorted(known)}")
-    return known[launcher]
+    if launcher in known:
+        return known[launcher]
+    if any(launcher in forms(other) for other in FORMS if other != site["scheduler"]):
+        raise ValueError(f"launcher {launcher!r} cannot start ranks in a {site['scheduler']} job "
+                         f"at {site['key']}; choose one of {sorted(known)}")
+    raise ValueError(f"unknown launcher {launcher!r}; choose one of {sorted(known)}")
 
 
 def setup(site: dict, python: str) -> str:
