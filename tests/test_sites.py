@@ -260,3 +260,10 @@ def test_the_readme_names_each_sites_environment_launcher_and_queues():
         assert cells[4] == raw["launcher"], (name, cells[4])
         for queue in raw["queues"]:
             assert f"`{queue}`" in cells[5], (name, queue)
+
+
+def test_a_time_is_written_the_one_way_both_schedulers_read_alike():
+    assert sites._seconds("01:30:00") == 5400 and sites._seconds("2-00:00:00") == 172800
+    for bad in ("30", "1:30", "ab", "1:xx:00", "1-2"):
+        with pytest.raises(ValueError, match="write it as HH:MM:SS"):
+            sites.render_job(profile(partition="small", queues=QUEUES), LAB02, time=bad)

@@ -63,14 +63,15 @@ def load_site(name: str, account: str | None = None) -> dict:
 
 
 def _seconds(hms: str) -> int:
-    """'HH:MM:SS', 'MM:SS' or 'D-HH:MM:SS' -> seconds."""
+    """'HH:MM:SS' or 'D-HH:MM:SS' -> seconds (one spelling that Slurm and PBS read alike)."""
     days, _, rest = str(hms).rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    if not 1 <= len(parts) <= 3 or any(p < 0 for p in parts):
-        raise ValueError(f"time {hms!r}: write it as HH:MM:SS")
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    return (int(days or 0) * 24 + parts[0]) * 3600 + parts[1] * 60 + parts[2]
+    try:
+        parts, days = [int(p) for p in rest.split(":")], int(days or 0)
+    except ValueError:
+        parts = []
+    if len(parts) != 3 or any(p < 0 for p in parts):   # Slurm reads "30" as minutes, PBS as s
+        raise ValueError(f"time {hms!r}: write it as HH:MM:SS (or D-HH:MM:SS)")
+    return (days * 24 + parts[0]) * 3600 + parts[1] * 60 + parts[2]
 
 
 def _limits(name: str, q: dict) -> str:
@@ -130,10 +131,10 @@ def render_job(site, script, nodes: int = 1, tasks_per_node: int | None = None, 
     if env is not None:
         site = {**site, "env": env}
     nodes = int(nodes)
+    if nodes < 1 or (tasks_per_node is not None and int(tasks_per_node) < 1):
+        raise ValueError(f"nodes and tasks_per_node must be >= 1 (got {nodes}, {tasks_per_node})")
     qname, limits = pick_queue(site, nodes, time, queue)
     tpn = int(tasks_per_node or limits.get("gpus_per_node") or site["gpus_per_node"] or 1)
-    if nodes < 1 or tpn < 1:
-        raise ValueError(f"nodes and tasks_per_node must be >= 1 (got {nodes}, {tpn})")
     pbs = site["scheduler"] == "pbs"
     launcher = launcher or site_lines.default_launcher(script, site)
     form = site_lines.launch_form(site, launcher)
@@ -163,10 +164,3 @@ def render_job(site, script, nodes: int = 1, tasks_per_node: int | None = None, 
     if pbs and not name.endswith(".pbs.tmpl"):
         raise ValueError(f"site {site['key']!r} runs PBS: its profile must name a PBS `template`")
     return _Template((course.lab(name)).read_text()).substitute(values)
-
-
-def env_path(site) -> str:
-    """The profile's course environment, as the job shell would write it ('' : the running one)."""
-    site = load_site(site) if isinstance(site, str) else site
-    return site["env"]
-
