@@ -173,7 +173,7 @@ def scope_of(nodeid: str) -> str:
 # this xdist orders units by their number of tests, which put the one-test browser test and the
 # two-test headless lab (about 100 s together) last, alone on one worker while the other had
 # finished. Their durations in a full run (pytest --durations=0, summed per unit, 2 workers):
-# slurm 970 s, launch forms 660 s, test_launch 260 s, notebook 03 120 s, notebook 04 85 s,
+# slurm 1100 s (of which the site dry-run tier 135-220 s), launch forms 660 s, test_launch 260 s, notebook 03 120 s, notebook 04 85 s,
 # test_deepspeed_zero 85 s, test_horovod_lab 75 s, test_gpu_dryrun 70 s, test_engines 65 s,
 # test_exercises 65 s, test_headless_lab 65 s, test_train 65 s, test_browser 55 s; the rest < 60 s.
 LONGEST_FIRST = (SLURM_GROUP, "tests/test_launch_forms.py", "tests/test_launch.py",
