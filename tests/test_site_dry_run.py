@@ -34,8 +34,11 @@ LAB = {"02": (LABS / "02_ddp" / "train.py", ["--tiny", "--steps", "2"]),
               ["--tiny", "--no-cuda", "--threads", "1", "--num-iters", "1"]),
        "04": (LABS / "04_deepspeed" / "train_bert_ds.py",
               ["--tiny", "--deepspeed_config", str(LABS / "04_deepspeed" / "configs" / "zero2.json")])}
+ONE_NODE_ONLY = {("juwels", "03")}   # JSC allows no ssh between nodes: refused across nodes
 JOBS = {   # name: (site, lab, nodes, launcher: None for the site's default for the lab)
-    **{f"{s}-{lab}-2x1": (s, lab, 2, None) for s in SITES for lab in LAB},
+    **{f"{s}-{lab}-2x1": (s, lab, 2, None) for s in SITES for lab in LAB
+       if (s, lab) not in ONE_NODE_ONLY},
+    **{f"{s}-{lab}-1x1": (s, lab, 1, None) for s, lab in ONE_NODE_ONLY},
     **{f"{s}-02-1x1": (s, "02", 1, None) for s in SITES},
     "polaris-04-deepspeed-2x1": ("polaris", "04", 2, "deepspeed")}
 NO_COURSE = {"frontera-empty-env": "$SCRATCH/envs/no-course-venv",   # a venv without dltutor

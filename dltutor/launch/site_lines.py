@@ -19,6 +19,7 @@ from pathlib import Path
 
 from dltutor.core import course
 
+SSH_LAUNCHERS = ("horovodrun", "deepspeed")   # they start other nodes' ranks over ssh / pdsh
 BINDS = ("srun", "mpiexec", "horovodrun")     # the forms whose ranks start through gpu_bind
 LAB_LAUNCHER = {"03_horovod": "horovodrun"}   # lab folder: the launcher its engine needs
 FORMS = {"slurm": "slurm/launchers.toml", "pbs": "pbs/launchers.toml"}
@@ -48,7 +49,12 @@ def default_launcher(script, site: dict) -> str:
     return LAB_LAUNCHER.get(Path(str(script)).parent.name, site["launcher"])
 
 
-def launch_form(site: dict, launcher: str) -> str:
+def launch_form(site: dict, launcher: str, nodes: int = 1) -> str:
+    if nodes > 1 and launcher in SSH_LAUNCHERS and site.get("ssh_between_nodes") is False:
+        raise ValueError(f"{site['key']}: {launcher} starts the ranks of the other nodes over ssh, "
+                         f"which this centre does not allow jobs by default "
+                         f"({site.get('ssh_source', site.get('docs', ''))}): run it on one node, "
+                         "or start the ranks with srun (for Horovod: a Horovod built with MPI)")
     known = forms(site["scheduler"])
     if launcher in known:
         return known[launcher]

@@ -137,7 +137,7 @@ def render_job(site, script, nodes: int = 1, tasks_per_node: int | None = None, 
     tpn = int(tasks_per_node or limits.get("gpus_per_node") or site["gpus_per_node"] or 1)
     pbs = site["scheduler"] == "pbs"
     launcher = launcher or site_lines.default_launcher(script, site)
-    form = site_lines.launch_form(site, launcher)
+    form = site_lines.launch_form(site, launcher, nodes)
     cpt = int(site["cpus_per_task"])
     if limits.get("cpus_per_node") and tpn * cpt > limits["cpus_per_node"]:
         raise ValueError(f"{site['key']}: {tpn} rank(s) x {cpt} CPUs do not fit a node of queue "
