@@ -159,6 +159,29 @@ def _op_built(ext_dir: Path, op: str) -> bool:
     return folder.is_dir() and any(folder.glob(f"{op}*.so"))
 
 
+def ops_to_build(ops) -> list[str]:
+    """Of DeepSpeed's `ops` (names of DEEPSPEED_OPS), those this accelerator can build and whose
+    compiled library is not in this environment's extensions folder: the first use compiles them
+    (minutes). Call after `apply_engine_env()`; imports deepspeed."""
+    from deepspeed.accelerator import get_accelerator
+    accelerator, missing = get_accelerator(), []
+    for op in ops:
+        builder = accelerator.create_op_builder(DEEPSPEED_OPS[op])
+        if (builder is not None and type(builder).__name__ != "NotImplementedBuilder"
+                and builder.is_compatible(verbose=False) and not _op_built(extensions_dir(), op)):
+            missing.append(op)
+    return missing
+
+
+def build_notice(ops) -> str | None:
+    """The line to print before a run that will compile `ops_to_build(ops)`, else None."""
+    missing = ops_to_build(ops)
+    if not missing:
+        return None
+    return (f"[deepspeed] compiling op(s) {', '.join(missing)} for this environment before "
+            f"training (not built in {extensions_dir()}): this can take minutes, once; {WARM_FIX}")
+
+
 def deepspeed_info(check_ops: bool = True) -> dict:
     """Is DeepSpeed importable, on which accelerator, and which C++ ops are compatible / prebuilt.
 

@@ -188,6 +188,16 @@ def offload_mode(cfg: dict) -> str:
     return "nvme" if "nvme" in devs else "cpu" if "cpu" in devs else "none"
 
 
+def ops_used(cfg: dict) -> list[str]:
+    """DeepSpeed's compiled ops a run with `cfg` loads (dltutor.core.engines.DEEPSPEED_OPS names):
+    the shared-memory collectives of its CPU accelerator, cpu_adam for an optimizer offloaded to
+    the CPU or NVMe, async_io for NVMe."""
+    mode, zero = offload_mode(cfg), cfg.get("zero_optimization", {})
+    opt_dev = (zero.get("offload_optimizer") or {}).get("device", "none")
+    return (["deepspeed_shm_comm"] + (["cpu_adam"] if opt_dev in ("cpu", "nvme") else [])
+            + (["async_io"] if mode == "nvme" else []))
+
+
 def oom_line(phase: str, exc: BaseException) -> str:
     """The phase, the allocator's first line and, under a budget, what the process held then."""
     from dltutor.zero.budget import usage_note

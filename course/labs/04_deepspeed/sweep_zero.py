@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dltutor.core import dist, flags
 from dltutor.core.device import backend
-from dltutor.core.engines import apply_engine_env
+from dltutor.core.engines import apply_engine_env, build_notice
 from dltutor.zero import bert_lab
 
 HERE = Path(__file__).resolve().parent
@@ -58,6 +58,9 @@ def run_all(plans) -> None:
 
     run = lab_run()
     ctx = dist.init(group_of_one=True)  # DeepSpeed: one process group (even of one)...
+    ops = dict.fromkeys(op for _, _, cfg in plans for op in bert_lab.ops_used(cfg))
+    if notice := build_notice(list(ops)):                 # DeepSpeed: ops it will compile first
+        dist.rank_print(notice, main_only=True)
     deepspeed.init_distributed(dist_backend=backend())  # DeepSpeed: ...for every config
     try:
         for name, args, cfg in plans:

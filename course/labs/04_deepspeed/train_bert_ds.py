@@ -42,7 +42,7 @@ import time
 from dltutor.core import dist, env
 from dltutor.core.device import backend, hardware_label, synchronize
 from dltutor.core.hosts import shape_label
-from dltutor.core.engines import apply_engine_env
+from dltutor.core.engines import apply_engine_env, build_notice
 from dltutor.zero import bert_lab, budget, memory
 from dltutor.zero.bert import build_bert
 
@@ -58,6 +58,8 @@ def main(argv=None):
     import deepspeed  # DeepSpeed: imported after DS_ACCELERATOR is fixed
 
     ctx = dist.init(group_of_one=True)  # DeepSpeed: process group (gloo/nccl), even of one
+    if notice := build_notice(bert_lab.ops_used(cfg)):   # DeepSpeed: an op it will compile first
+        dist.rank_print(notice, main_only=True)
     deepspeed.init_distributed(dist_backend=backend())  # DeepSpeed: reuse it
     hosts = dist.print_hosts()                            # DeepSpeed: rank 0 names every rank's host
     budget_bytes = budget.apply_budget(args.mem_budget_mb, dev=ctx.device)  # GPU: a device cap
