@@ -256,7 +256,8 @@ def test_a_pbs_host_list_is_checked_against_the_node_file(tmp_path, capsys):
     assert hostfile.nodefile_nodes(str(nodefile)) == ["x3001", "x3002"]
     assert hostfile.main(["-H", "x3001:4,x3002:4", "--nodefile", str(nodefile)]) == 0
     assert hostfile.main(["-H", "x3001:4,x9999:4", "--nodefile", str(nodefile)]) == 2
-    assert "names host x9999, which is not a node of job" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "names host x9999, which is not a node of job" in err and f"(`sort -u {nodefile}`)" in err
 
 
 def test_the_readme_names_each_sites_environment_launcher_and_queues():

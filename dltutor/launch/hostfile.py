@@ -86,7 +86,8 @@ def _short(host: str) -> str:
     return host.split(".")[0]
 
 
-def mismatch(entries, nodes: list[str], tasks: dict[str, int], what: str, job: str) -> str | None:
+def mismatch(entries, nodes: list[str], tasks: dict[str, int], what: str, job: str,
+             listing: str = "scontrol show hostnames $SLURM_JOB_NODELIST") -> str | None:
     """The message for the first entry that is not a node of the job or asks more slots than the
     job has tasks on that node; None when every entry fits."""
     names = {_short(n): n for n in nodes}
@@ -98,7 +99,7 @@ def mismatch(entries, nodes: list[str], tasks: dict[str, int], what: str, job: s
         if node is None:
             return (f"{what} names host {host}, which is not a node of {job} (its nodes: {listed}): "
                     f"the launcher would start ranks there over ssh, outside the allocation. List "
-                    f"only the job's nodes (`scontrol show hostnames $SLURM_JOB_NODELIST`).")
+                    f"only the job's nodes (`{listing}`).")
         if node in tasks and slots > tasks[node]:
             return (f"{what} asks {slots} slot(s) on {node}, but {job} has {tasks[node]} task(s) "
                     f"there (SLURM_TASKS_PER_NODE): ask for them in the job (#SBATCH "
@@ -125,7 +126,8 @@ def check(entries, what: str, environ=None, nodefile: str | None = None) -> str:
         nodes = job_nodes(e)
         job = f"job {e.get('SLURM_JOB_ID', '?')}"
         tasks = tasks_per_node(e.get("SLURM_TASKS_PER_NODE", ""), nodes)
-    problem = mismatch(entries, nodes, tasks, what, job)
+    listing = f"sort -u {nodefile}" if nodefile else "scontrol show hostnames $SLURM_JOB_NODELIST"
+    problem = mismatch(entries, nodes, tasks, what, job, listing)
     if problem:
         raise HostfileError(problem)
     return f"{what} fits {job}: " + ", ".join(f"{h} slots={s}" for h, s in entries)

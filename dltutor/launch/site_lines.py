@@ -113,8 +113,9 @@ def launch_values(site: dict, script, args, python: str, launcher: str, nodes: i
     else:
         sb_tpn, sb_cpt = tpn, cpt
     bind = f"{python} -m dltutor.launch.gpu_bind " if site["gpu_order"] and launcher in BINDS else ""
-    ds_names = [*DS_ENV_NAMES, *(re.escape(e["name"]) for e in site["export"])]
+    ds_names = [*DS_ENV_NAMES, *(re.escape(e["name"]) for e in site["export"]   # those no prefix
+                                 if not any(re.fullmatch(p, e["name"]) for p in DS_ENV_NAMES))]
     return dict(tasks_per_node=tpn, ntasks=nodes * tpn, cpus_per_task=cpt, launcher=launcher,
                 sbatch_tasks_per_node=sb_tpn, sbatch_cpus_per_task=sb_cpt, python=python,
                 script=quoted_script, args=quoted_args, bind=bind,
-                ds_env="|".join(dict.fromkeys(ds_names)))
+                ds_env="|".join(ds_names))
