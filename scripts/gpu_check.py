@@ -21,6 +21,7 @@ import argparse
 import datetime as _dt
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from importlib import metadata, util
 from pathlib import Path
 
+import gpu_streams
 from gpu_record import PACKAGES, Result, summary, update_readme, write_record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -202,7 +204,8 @@ def notebook_runner(kernel: str | None):
     return run, "", kernel
 
 
-def run_notebooks(kernel, timeout: float, log_root: Path, wanted=lambda name: True):
+def run_notebooks(kernel, timeout: float, log_root: Path, wanted=lambda name: True,
+                  late=lambda: None):
     """Each notebook's Result as soon as it has run (a check stopped later keeps the lines)."""
     runner, why, kernel = notebook_runner(kernel)
     books = [b for b in sorted(course_dir("notebooks").glob("[0-9][0-9]_*.ipynb")) if wanted(b.stem)]
@@ -212,6 +215,9 @@ def run_notebooks(kernel, timeout: float, log_root: Path, wanted=lambda name: Tr
     os.environ["DLTUTOR_FAST"] = "1"          # the kernel inherits it: fast mode
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     for book in books:
+        if late():
+            yield Result(book.stem, "notebook", late())
+            continue
         gone = missing(NOTEBOOK_NEEDS.get(book.name[:2], []))
         if gone:
             yield Result(book.stem, "notebook", f"not run: {', '.join(gone)} missing")
@@ -221,9 +227,20 @@ def run_notebooks(kernel, timeout: float, log_root: Path, wanted=lambda name: Tr
             runner(book, log_root / book.name, timeout)
             status, detail = "pass", f"fast mode, kernel {kernel}"
         except Exception as exc:  # noqa: BLE001 - any failure of the notebook is its result
-            status, detail = "fail", f"{type(exc).__name__}: {str(exc).strip()[:300]}"
+            status, detail = "fail", failure_detail(exc)
         yield Result(book.stem, "notebook", status, (time.monotonic() - started) / 60,
                      detail=detail)
+
+
+def failure_detail(exc) -> str:
+    """One line: the cell's own exception (papermill's ename/evalue and cell number), else the
+    exception itself."""
+    ename, evalue = getattr(exc, "ename", None), getattr(exc, "evalue", None)
+    if ename:
+        cell = getattr(exc, "exec_count", None)
+        where = f"cell In [{cell}]: " if cell is not None else ""
+        return f"{where}{ename}: {' '.join(str(evalue).split())[:300]}"
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
 def main(argv=None) -> int:
@@ -234,10 +251,29 @@ def main(argv=None) -> int:
     ap.add_argument("--labs-only", action="store_true")
     ap.add_argument("--notebooks-only", action="store_true")
     ap.add_argument("--only", default=None, metavar="REGEX",
-                    help="run only the labs/notebooks whose name matches (e.g. '^0[1-4]'); "
-                         "several checks can then run side by side and be merged "
-                         "(python scripts/gpu_record.py merge ...)")
+                    help="run only the labs/notebooks whose name matches (e.g. '^0[1-4]')")
+    ap.add_argument("--streams", type=int, default=1,
+                    help="run the labs and notebooks in N checks side by side, one record")
+    ap.add_argument("--measure", default="", metavar="NAMES",
+                    help="first run these bench/ measurements alone on the GPU, comma-separated "
+                         f"(known: {', '.join(gpu_streams.MEASUREMENTS)}); into the record")
+    ap.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
+                    help="nothing starts later than this many seconds after the check began")
+    ap.add_argument("--grace", type=float, default=None, metavar="SECONDS",
+                    help="with --streams: stop what still runs this long after the deadline "
+                         "(default: --timeout)")
+    ap.add_argument("--measure-cpus", default=None, metavar="LIST",
+                    help="CPU cores the measurements run on, e.g. 0-3 (the rest left to a build)")
+    ap.add_argument("--measure-timeout", type=float, default=None, metavar="SECONDS",
+                    help="seconds per measurement (default: --timeout)")
+    ap.add_argument("--wait-pid", type=int, default=None, metavar="PID",
+                    help="after the measurements, wait for this process (an engine's build) "
+                         "before the labs and notebooks, --wait-max seconds or the deadline at most")
+    ap.add_argument("--wait-max", type=float, default=300.0, metavar="SECONDS")
+    ap.add_argument("--note", action="append", default=[], help="a note for the record")
+    ap.add_argument("--no-readme", action="store_true", help="leave the README's line alone")
     args = ap.parse_args(argv)
+    started = time.monotonic()
     wanted = re.compile(args.only).search if args.only else (lambda name: True)
     why = no_gpu_line()
     if why:
@@ -250,20 +286,76 @@ def main(argv=None) -> int:
     log_root = Path(os.environ.get("TMPDIR", "/tmp")) / f"dltutor-gpu-check-{os.getpid()}"
     log_root.mkdir(parents=True, exist_ok=True)
     print(f"logs and executed notebooks: {log_root}", flush=True)
-    results = []
-    if not args.notebooks_only:
-        for job in (j for j in lab_jobs(info["gpus"]) if wanted(j.name)):
-            results.append(run_lab(job, args.timeout, log_root))
-            print(f"  lab {job.name}: {results[-1].status} {results[-1].detail}", flush=True)
-    if not args.labs_only:
-        for r in run_notebooks(args.kernel, args.timeout, log_root, wanted):
-            results.append(r)
-            print(f"  notebook {r.name}: {r.status} {r.detail}", flush=True)
-    md, _ = write_record(info, results, args.out)
-    linked = update_readme(ROOT / "README.md", md, info, results)
+    measurements, results = [], []
+    if args.measure:
+        measurements, results = gpu_streams.measure(args.measure.split(","), log_root,
+                                                    args.measure_timeout or args.timeout,
+                                                    cpus=gpu_streams.cpu_list(args.measure_cpus))
+    deadline = None if args.deadline is None else started + args.deadline
+    if args.wait_pid:
+        gpu_streams.wait_for_pid(args.wait_pid, min(deadline or float("inf"),
+                                                    time.monotonic() + args.wait_max))
+        info.update({pkg: version(pkg) for pkg in PACKAGES if pkg != "torch"})  # e.g. Horovod built
+    if args.streams > 1:
+        results += streamed(args, info, wanted, log_root, deadline)
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a stopped stream cleans up
+        results += checked(args, info, wanted, log_root, deadline,
+                           on_row=lambda rows: args.no_readme and write_record(
+                               info, results + rows, args.out, measurements, args.note))
+    md, _ = write_record(info, results, args.out, measurements, args.note)
+    linked = args.no_readme or update_readme(ROOT / "README.md", md, info, results)
     print(f"gpu-check: {summary(results)}; record {md}{'' if linked else ' (README line absent)'}")
     return 1 if any(r.status == "fail" for r in results) else 0
 
+
+def late_reason(deadline, seconds):
+    """A callable: None while the deadline has not passed, else the row's 'not run' status."""
+    def late():
+        if deadline is not None and time.monotonic() > deadline:
+            return f"not run: the check's deadline ({seconds:.0f} s) passed before it started"
+        return None
+    return late
+
+
+def checked(args, info, wanted, log_root, deadline, on_row=lambda rows: None) -> list[Result]:
+    """Every wanted lab, then notebook, one after the other (each printed, and passed to
+    `on_row(rows so far)`, as it ends: a stream's record is on disk before it is stopped)."""
+    late, results = late_reason(deadline, args.deadline or 0), []
+    if not args.notebooks_only:
+        for job in (j for j in lab_jobs(info["gpus"]) if wanted(j.name)):
+            results.append(Result(job.name, "lab", late()) if late()
+                           else run_lab(job, args.timeout, log_root))
+            print(f"  lab {job.name}: {results[-1].status} {results[-1].detail}", flush=True)
+            on_row(results)
+    if not args.labs_only:
+        for r in run_notebooks(args.kernel, args.timeout, log_root, wanted, late):
+            results.append(r)
+            print(f"  notebook {r.name}: {r.status} {r.detail}", flush=True)
+            on_row(results)
+    return results
+
+
+def streamed(args, info, wanted, log_root, deadline) -> list[Result]:
+    """The same labs and notebooks in `args.streams` child checks side by side (gpu_streams)."""
+    from gpu_record import load
+    names = [] if args.notebooks_only else [j.name for j in lab_jobs(info["gpus"]) if wanted(j.name)]
+    if not args.labs_only:
+        names += [b.stem for b in sorted(course_dir("notebooks").glob("[0-9][0-9]_*.ipynb"))
+                  if wanted(b.stem)]
+    plan = gpu_streams.plan_streams(names, args.streams, gpu_streams.past_minutes())
+    left = (deadline - time.monotonic()) if deadline is not None else 10 * 24 * 3600
+    extra = [a for k in (["--kernel", args.kernel] if args.kernel else []) for a in [k]]
+    outs = [log_root / f"stream-{k}" for k in range(len(plan))]
+    cmds = [gpu_streams.child_command(p, o, left, args.timeout, extra) for p, o in zip(plan, outs)]
+    for k, p in enumerate(plan):
+        print(f"  stream {k}: {', '.join(p)}", flush=True)
+    grace = args.timeout if args.grace is None else args.grace
+    codes = gpu_streams.run_children(cmds, left + grace, log_root)
+    rows = gpu_streams.stream_results(plan, outs, codes, Result, load)
+    for r in rows:
+        print(f"  {r.kind} {r.name}: {r.status} {r.detail}", flush=True)
+    return rows
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -103,4 +103,28 @@ def render_measurements(ms: list[dict]) -> str:
     return "\n".join(lines)
 
 
-RENDER = {"zero_gpu": zero_gpu, "matmul_roof": matmul_roof, "hvd_upstream": hvd_upstream}
+def ladder(m: dict) -> list[str]:
+    """The fast path one knob at a time (bench_time_to_accuracy.py --ladder), as notebook 01
+    prints it from this record (dltutor.single.ladder)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from dltutor.single.ladder import ladder_rows, repeats
+    out = [f"### Notebook 01's fast path, one knob at a time ({m['device']})", "",
+           f"`bench/bench_time_to_accuracy.py --ladder`: real {m['data']} ({m['train_images']:,} / "
+           f"{m['test_images']:,} images), ResNet width {m['width']}, torch {m['torch']}. Each rung "
+           f"adds one knob to the rung above and trains from the same first weights until "
+           f"{m['target']:.0%} test accuracy; the clock counts training steps only (warm-up steps, "
+           "compiling included, and evaluations apart); a rung stops after "
+           f"{m['cap_s']:.0f} s of training at most.", ""]
+    rows = ladder_rows(m)
+    out += _table(list(rows[0]), [list(r.values()) for r in rows])
+    rep = repeats(m)
+    out += ["", f"The last rung with {len(rep)} seeds: " + ", ".join(
+        f"seed {r['seed']} {r['seconds_to_target']} s" if r["reached"] else
+        f"seed {r['seed']} not reached ({r['final_acc']})" for r in rep) + "."]
+    return out
+
+
+RENDER = {"zero_gpu": zero_gpu, "matmul_roof": matmul_roof, "hvd_upstream": hvd_upstream,
+          "time_to_accuracy_ladder": ladder}

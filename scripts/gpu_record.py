@@ -157,7 +157,9 @@ def notebook_result(path: Path) -> Result:
     ran = [c for c in code if c.get("execution_count")]
     errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
     status = "pass" if len(ran) == len(code) and not errors else "fail"
-    why = (f"{len(ran)}/{len(code)} code cells ran, {len(errors)} error(s) "
+    first = (f": {errors[0].get('ename')}: {' '.join(str(errors[0].get('evalue')).split())[:300]}"
+             if errors else "")
+    why = (f"{len(ran)}/{len(code)} code cells ran, {len(errors)} error(s){first} "
            f"(read from the executed notebook {Path(path).name})")
     return Result(Path(path).stem, "notebook", status, 0.0, {}, why)
 

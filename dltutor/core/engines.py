@@ -23,7 +23,7 @@ WARM_FIX = "run `make setup` (or: .venv/bin/python scripts/warm_deepspeed.py)"
 # what scripts/warm_deepspeed.py builds. deepspeed_shm_comm is loaded by every
 # deepspeed.init_distributed() on the CPU accelerator.
 DEEPSPEED_OPS = {"cpu_adam": "CPUAdamBuilder", "deepspeed_shm_comm": "ShareMemCommBuilder",
-                 "async_io": "AsyncIOBuilder"}
+                 "async_io": "AsyncIOBuilder", "pin_memory": "PinMemoryBuilder"}
 
 
 def engine_env(nthreads: int | None = None) -> dict[str, str]:
@@ -171,6 +171,15 @@ def ops_to_build(ops) -> list[str]:
                 and builder.is_compatible(verbose=False) and not _op_built(extensions_dir(), op)):
             missing.append(op)
     return missing
+
+
+def op_compatible(op: str) -> bool:
+    """Whether this accelerator can build DeepSpeed's `op` here (async_io: libaio is present).
+    Call after `apply_engine_env()`; imports deepspeed."""
+    from deepspeed.accelerator import get_accelerator
+    builder = get_accelerator().create_op_builder(DEEPSPEED_OPS[op])
+    return (builder is not None and type(builder).__name__ != "NotImplementedBuilder"
+            and bool(builder.is_compatible(verbose=False)))
 
 
 def build_notice(ops) -> str | None:

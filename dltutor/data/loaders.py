@@ -90,12 +90,12 @@ class DeviceLoader:
     def _augment(self, xb):
         b, dev = xb.shape[0], xb.device
         padded = torch.nn.functional.pad(xb, (4, 4, 4, 4))
-        off = torch.randint(0, 9, (2, b)).to(dev)
+        off = torch.randint(0, 9, (2, b), device=dev)   # drawn on the device: no copy, no wait
         ar = torch.arange(32, device=dev)
         rows, cols = (off[0][:, None] + ar)[:, :, None], (off[1][:, None] + ar)[:, None, :]
         out = padded.permute(0, 2, 3, 1)[torch.arange(b, device=dev)[:, None, None], rows, cols]
         out = out.permute(0, 3, 1, 2)
-        flip = (torch.rand(b) < 0.5).to(dev)
+        flip = torch.rand(b, device=dev) < 0.5
         return torch.where(flip[:, None, None, None], out.flip(3), out).contiguous()
 
     def __iter__(self):

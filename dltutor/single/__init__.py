@@ -8,4 +8,6 @@
   exercise.py  the batch-size exercise's check: watches the student's measure() and re-runs it
   watch.py     what one measure() call trained: the model's size, the batches, backward, step
   timing.py    the student's img/s against the check's, alternated, decided by t-intervals
+  ladder.py    the fast path one knob at a time (bench_time_to_accuracy --ladder) and the GPU
+               record's table and sentences that notebook 01 prints
 """

@@ -165,11 +165,18 @@ def default_optimizer(model, lr: float = 0.05):
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4, nesterov=True)
 
 
-def make_optimizer(model, lr: float = 0.05, total_steps: int | None = None):
-    """`default_optimizer` plus, when `total_steps` is given, a cosine decay stepped every batch."""
+def make_optimizer(model, lr: float = 0.05, total_steps: int | None = None, warmup_steps: int = 0):
+    """`default_optimizer` plus, when `total_steps` is given, a cosine decay stepped every batch;
+    with `warmup_steps`, a linear warm-up from lr/10 to `lr` first, then the cosine over the rest."""
     opt = default_optimizer(model, lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total_steps) if total_steps else None
-    return opt, sched
+    if not total_steps:
+        return opt, None
+    sch = torch.optim.lr_scheduler
+    if warmup_steps <= 0:
+        return opt, sch.CosineAnnealingLR(opt, T_max=total_steps)
+    warm = sch.LinearLR(opt, start_factor=0.1, total_iters=warmup_steps)
+    cos = sch.CosineAnnealingLR(opt, T_max=max(1, total_steps - warmup_steps))
+    return opt, sch.SequentialLR(opt, [warm, cos], milestones=[warmup_steps])
 
 
 def fit(model, train_loader, test_loader, epochs: int, optimizer=None, scheduler=None, device=None,

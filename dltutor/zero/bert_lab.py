@@ -191,11 +191,25 @@ def offload_mode(cfg: dict) -> str:
 def ops_used(cfg: dict) -> list[str]:
     """DeepSpeed's compiled ops a run with `cfg` loads (dltutor.core.engines.DEEPSPEED_OPS names):
     the shared-memory collectives of its CPU accelerator, cpu_adam for an optimizer offloaded to
-    the CPU or NVMe, async_io for NVMe."""
+    the CPU or NVMe, async_io and pin_memory for NVMe."""
     mode, zero = offload_mode(cfg), cfg.get("zero_optimization", {})
     opt_dev = (zero.get("offload_optimizer") or {}).get("device", "none")
     return (["deepspeed_shm_comm"] + (["cpu_adam"] if opt_dev in ("cpu", "nvme") else [])
-            + (["async_io"] if mode == "nvme" else []))
+            + (["async_io", "pin_memory"] if mode == "nvme" else []))
+
+
+def nvme_problem(cfg: dict) -> str | None:
+    """None, or why an NVMe-offload run cannot work on this node: DeepSpeed's async_io op needs
+    libaio, and without it DeepSpeed would still try to compile it (and its pin_memory op) inside
+    the run, under a memory budget too (seen on a GPU node)."""
+    from dltutor.core.engines import op_compatible
+    if offload_mode(cfg) != "nvme" or op_compatible("async_io"):
+        return None
+    return ("NVMe offload needs DeepSpeed's async_io op, which cannot be built here: libaio's "
+            "header and library were not found (DeepSpeed's check compiles a call to io_submit). "
+            "Install libaio-dev (Debian, Ubuntu) or libaio-devel (RHEL, Rocky), or load a libaio "
+            "module and point CFLAGS/LDFLAGS at it; or offload to the CPU instead "
+            "(configs/zero3_offload_cpu.json)")
 
 
 def oom_line(phase: str, exc: BaseException) -> str:

@@ -56,6 +56,8 @@ def main(argv=None):
         ap.error(str(exc))  # one clear line and exit code 2, before any process group
     apply_engine_env()                                    # DeepSpeed: DS_ACCELERATOR, op cache
     import deepspeed  # DeepSpeed: imported after DS_ACCELERATOR is fixed
+    if problem := bert_lab.nvme_problem(cfg):             # DeepSpeed: NVMe needs libaio
+        ap.error(problem)
 
     ctx = dist.init(group_of_one=True)  # DeepSpeed: process group (gloo/nccl), even of one
     if notice := build_notice(bert_lab.ops_used(cfg)):   # DeepSpeed: an op it will compile first
