@@ -188,3 +188,26 @@ def test_a_failed_notebook_row_names_the_cells_own_error(tmp_path):
     nbformat.write(nb, path)
     row = gpu_record.notebook_result(path)
     assert row.status == "fail" and "1 error(s): LaunchError: rank 0 failed (read from" in row.detail
+
+
+def test_versions_are_read_again_after_waiting_for_a_build(tmp_path, monkeypatch):
+    """Check 2 of the H200 record read its versions while Horovod was still building: its record
+    said 'not installed' beside Horovod rows that passed."""
+    monkeypatch.setattr(gpu_check, "no_gpu_line", lambda *a: None)
+    monkeypatch.setattr(gpu_check, "facts", lambda: dict(INFO))
+    monkeypatch.setattr(gpu_check, "lab_jobs", lambda gpus: [])
+    monkeypatch.setattr(gpu_check, "course_dir", lambda name: tmp_path)
+    build = subprocess.Popen(["sleep", "0.5"])
+    built = {"horovod": None}
+
+    def waited(pid, deadline, poll=2.0):
+        build.wait()
+        built["horovod"] = "0.28.1+torch2.11.0.cu130.nccl"
+        return True
+    monkeypatch.setattr(gpu_streams, "wait_for_pid", waited)
+    monkeypatch.setattr(gpu_check, "version", lambda name: built.get(name, "1.0"))
+    out = tmp_path / "record"
+    assert gpu_check.main(["--out", str(out), "--no-readme", "--wait-pid", str(build.pid),
+                           "--labs-only"]) == 0
+    facts, _ = gpu_record.load(next(out.glob("*.json")))
+    assert facts["horovod"] == "0.28.1+torch2.11.0.cu130.nccl"
