@@ -71,6 +71,9 @@ def test_runs_use_the_policy_lr_schedule():
     assert fixed["lr_curve"] == pytest.approx([0.01] * 8)
     assert [s for s, _ in fixed["acc_curve"]] == [2, 4, 6, 8] and fixed["steps"] == 8
     assert fixed["test_acc"] == fixed["acc_curve"][-1][1]
+    # issue #42: the training accuracy at the end of the budget, to tell under-training from a
+    # generalization gap (on the 128 training images: a multiple of 1/128)
+    assert 0 <= fixed["train_acc"] <= 1 and (fixed["train_acc"] * 128) == pytest.approx(round(fixed["train_acc"] * 128))
     assert warm["loss_curve"] != flat["loss_curve"]  # the schedule really changes the training
 
 
@@ -138,6 +141,8 @@ def test_lab_on_two_ranks_repeats_the_one_process_run(tiny_data, tmp_path):
     assert m["steps_to_target"] == bs.steps_to_target(m["acc_curve"], 0.3)
     one, ranks = br.compare_with_lab(ref, m)
     assert one["test_acc"] == pytest.approx(ranks["test_acc"], abs=0.011)
+    from dltutor.ddp import findings as ddp_findings
+    assert "they AGREE" in ddp_findings.lab_agreement([one, ranks])[0]   # the first steps' verdict
 
 
 def test_lab_target_needs_eval_every(capsys):

@@ -69,7 +69,7 @@ def test_scaling_strong_against_weak_goes_each_way():
 def _brows(default, tiny, noov):
     return [{"label": lab, "step_time_ms": t, "spread_ms": s, "timed_steps": 4,
              "global_img_per_s": 1.0, "hardware": "CPU/gloo"}
-            for lab, (t, s) in (("bucket_cap_mb=25", default), ("bucket_cap_mb=0.05", tiny),
+            for lab, (t, s) in ((findings.bucket_label(25), default), (findings.bucket_label(0.05), tiny),
                                 ("no overlap (all-reduce after backward)", noov))]
 
 
@@ -81,8 +81,26 @@ def test_buckets_no_overlap_faster():
 
 def test_buckets_overlap_faster():
     text = findings.buckets(_brows((100, 2), (130, 2), (120, 2)))
-    assert text[0].startswith("fastest step here: bucket_cap_mb=25")
+    assert text[0].startswith("fastest step here: bucket_cap_mb=25 (MiB)")
     assert "Overlap paid off" in text[1]
+
+
+def test_buckets_say_the_labs_25_mib_is_not_ddps_default():
+    """Issue #42: the lab passes bucket_cap_mb=25 (every bucket 25 MiB); DDP's None keeps a 1 MiB
+    first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES). Units are MiB, not MB."""
+    import torch.distributed as dist
+    note = findings.buckets(_brows((100, 2), (130, 2), (120, 2)))[-1]
+    first = dist._DEFAULT_FIRST_BUCKET_BYTES / 2 ** 20
+    assert "not DDP's default" in note and "passes bucket_cap_mb=25 explicitly" in note
+    assert f"first bucket at {first:g} MiB" in note and "the first too" in note
+    assert " MB" not in " ".join(findings.buckets(_brows((100, 2), (130, 2), (120, 2))))
+    from pathlib import Path
+
+    import nbformat
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "course/notebooks/02_ddp_multi_gpu.ipynb", 4)
+    text = " ".join(" ".join(c.source.split()) for c in nb.cells)
+    assert "(and DDP's) default" not in text and "25 MB" not in text and "megabytes" not in text
+    assert "run_findings.bucket_label(mb)" in text and "it is not DDP's default" in text
 
 
 def test_buckets_inconclusive():
@@ -136,7 +154,8 @@ def test_reference_is_labelled_and_printed_by_describe():
     rows = batch_reference.rows()
     assert {r["global_batch"] for r in rows} == set(batch_reference.TABLE)
     text = batch_reference.findings()
-    assert text[:5] == batch_report.describe(rows, fast=False)
+    said = batch_report.describe(rows, fast=False)
+    assert text[:len(said)] == said and len(text) == len(said) + 2
     assert not any("FAST MODE" in s for s in text)
     assert any("-14.9 points over the linear rule" in s for s in text)
     assert "B=1024 a bigger batch no longer saves steps" in " ".join(text)
@@ -150,17 +169,58 @@ def test_describe_fast_flag_adds_the_caveat_only_when_asked():
     assert not batch_report.describe(rows, fast=False)[0].startswith("FAST MODE")
 
 
-def _pair(loss_ranks, acc_ranks, steps=16):
+def _pair(loss_ranks, acc_ranks, steps=16, curves=None):
     one = {"run": "one process (the sweep)", "global_batch": 256, "steps": 16, "final_loss": 1.2345,
            "test_acc": 0.5, "steps_to_target": None, "lr": 0.04}
-    return [one, {**one, "run": "lab 02 on 2 ranks (CPU/gloo)", "final_loss": loss_ranks,
-                  "test_acc": acc_ranks, "steps": steps}]
+    a, b = curves or (None, None)
+    return [{**one, "loss_curve": a}, {**one, "run": "lab 02 on 2 ranks (CPU/gloo)", "final_loss": loss_ranks,
+                                       "test_acc": acc_ranks, "steps": steps, "loss_curve": b}]
 
 
 def test_lab_agreement_each_way():
     agree = findings.lab_agreement(_pair(1.2346, 0.5))
-    assert "they agree" in agree[0] and "they agree" in agree[1] and len(agree) == 2
+    assert agree[0].startswith("No per-step loss curves") and len(agree) == 3
+    assert "they agree" in agree[1] and "they agree" in agree[2]
     apart = findings.lab_agreement(_pair(1.5, 0.45))
-    assert "above it by 0.266" in apart[0] and "below it by 0.05" in apart[1]
+    assert "above it by 0.266" in apart[1] and "below it by 0.05" in apart[2]
     other = findings.lab_agreement(_pair(1.2345, 0.5, steps=8))
     assert other[-1].startswith("not the same run")
+
+
+def test_lab_agreement_gives_a_verdict_on_the_first_steps():
+    """Issue #42: the two runs are compared where they must agree, the first steps, with agree /
+    differ and the tolerance; the end of an unstable run is reported as split, not as the verdict."""
+    one = [2.3 - 0.01 * i for i in range(16)]
+    same = [x + 1e-6 for x in one]
+    split = same[:12] + [x + 0.5 for x in one[12:]]
+    agree = findings.lab_agreement(_pair(1.2346, 0.5, curves=(one, same)))
+    assert "first 10 steps" in agree[0] and "they AGREE" in agree[0] and "±0.0002" in agree[0]
+    assert "stay within ±0.0002 for all 16 steps" in agree[1]
+    later = findings.lab_agreement(_pair(1.7, 0.3, curves=(one, split)))
+    assert "they AGREE" in later[0] and "part at step 13 of 16 (0.5 apart)" in later[1]
+    assert "no test of the lab" in later[1] and later[2].startswith("At the end of the budget:")
+    wrong = findings.lab_agreement(_pair(1.7, 0.3, curves=(one, [x + 0.01 for x in one])))
+    assert "they DIFFER: at step 1 the losses are 0.01 apart" in wrong[0] and "AGREE" not in " ".join(wrong)
+    nan = findings.lab_agreement(_pair(1.7, 0.3, curves=(one, one[:3] + [float("nan")] * 13)))
+    assert "they DIFFER: at step 4" in nan[0]
+
+
+def _gap_rows(train_small, train_big):
+    rows = batch_reference.rows()
+    for r in rows:
+        r["train_acc"] = train_small if r["global_batch"] == 32 else train_big
+    return rows
+
+
+def test_describe_tells_under_training_from_a_generalization_gap():
+    """Issue #42: a test gap at equal epochs is not called a generalization gap; the training
+    accuracy decides (and without it the sentence says it cannot)."""
+    bare = batch_report.describe(batch_reference.rows(), fast=False)
+    assert "generalization gap)." not in " ".join(bare)
+    assert "test-accuracy gap at the same epochs, after 64 steps against 2048" in bare[1]
+    assert bare[2].startswith("No training accuracy in these rows") and "Hoffer" in bare[2]
+    under = batch_report.describe(_gap_rows(0.90, 0.70), fast=False)[2]   # test 83.9 -> 68.8
+    assert under.startswith("Training accuracy at the end of the budget: 90.0% at B=32, 70.0% at B=1024")
+    assert "-20.0 points" in under and "-15.1 points on the test" in under and "under-training" in under
+    general = batch_report.describe(_gap_rows(0.90, 0.89), fast=False)[2]
+    assert "a generalization gap." in general and "under-training" not in general

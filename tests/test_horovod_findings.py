@@ -73,10 +73,49 @@ def test_findings_labels_the_fusion_values_and_reads_the_timeline():
                                                     "gloo_allreduce": 20.0, "queue": 5.0})
     text = "\n".join(out)
     assert "HOROVOD_FUSION_THRESHOLD=32 MiB gave the shortest step" in text and "0 (off)" in text
-    assert "all-reduce 30 ms (75%), negotiation 10 ms (25%)" in text
-    assert "gloo_allreduce took the most (20 ms)" in text
-    assert "negotiation 30 ms (75%)" in hf.timeline({"all-reduce": 10.0, "negotiation": 30.0})[0]
+    assert "add up to all-reduce 30 ms, negotiation 10 ms" in text and "not shares of the run" in text
+    assert "gloo_allreduce took the most (20 ms, summed the same way)" in text
     assert "no negotiation" in hf.timeline({})[0]
+
+
+def test_timeline_shares_are_wall_clock_and_negotiation_is_waiting():
+    """Issue #42: summed spans of many tensors overlap (they can exceed the run), so no share is taken
+    of their sum; the wall-clock union is the share; a negotiation span is waiting (skew)."""
+    from dltutor.horovod.plots import Span, phase_totals, phase_wall
+    spans = [Span(f"t{i}", "NEGOTIATE_ALLREDUCE", 0.0, 90_000.0, 0) for i in range(10)]   # 10 x 90 ms, together
+    spans += [Span("t0", "ALLREDUCE", 90_000.0, 100_000.0, 0), Span("t1", "ALLREDUCE", 95_000.0, 100_000.0, 0),
+              Span("t0", "GLOO_ALLREDUCE", 91_000.0, 99_000.0, 1)]
+    totals, wall = phase_totals(spans), phase_wall(spans)
+    assert totals["negotiation"] == 900.0 and wall["negotiation"] == 90.0
+    assert wall["all-reduce"] == 10.0 and wall["traced"] == 100.0
+    text = hf.timeline(totals, wall)
+    assert text[0].startswith("Rank 0's timeline covers 100 ms; some tensor was in negotiation during 90 ms of it (90%)")
+    assert "in an all-reduce during 10 ms of it (10%)" in text[0]
+    assert "negotiation 900 ms, all-reduce 15 ms: more than the time traced" in text[1]
+    assert "(90%)" not in text[1] and "%" not in text[1]
+    assert "waiting" in text[-1] and "skew" in text[-1] and "not what the protocol's messages cost" in text[-1]
+    assert not any("(98%)" in s or "(2%)" in s for s in text)   # no share of the overlapping sums
+
+
+def _lab(step_s=0.1, conf=1.0):
+    return {"workers": 2, "step_time_s": step_s, "img_sec_conf": conf, "img_sec_per_worker": 10.0,
+            "fusion_threshold_bytes": 32 * 2 ** 20, "cycle_time_ms": 50.0, "run": "horovod 2"}
+
+
+def test_dark_bars_say_whether_they_are_the_run_above_or_a_new_run():
+    """Issue #42: a sweep reuses the run above only when the lab's value is not in its list."""
+    from dltutor.horovod.plots import dark_bar
+    fresh = [(0.0, 0.2, 0.01, "HOROVOD_FUSION_THRESHOLD=0"),
+             (32.0 * 2 ** 20, 0.098, 0.001, "HOROVOD_FUSION_THRESHOLD=33554432")]
+    reused = [(1.0, 0.2, 0.01, "HOROVOD_CYCLE_TIME=1"), (50.0, 0.1, 0.01, "horovod 2 (run above)")]
+    assert dark_bar(fresh, _lab(), "fusion_threshold_bytes") == "a new run, same settings as the run above"
+    assert dark_bar(reused, _lab(), "cycle_time_ms") == "the 2-worker run above"
+    assert dark_bar(reused[:1], _lab(), "cycle_time_ms") == "not in this sweep"
+    same = hf.reruns(fresh, reused, _lab(0.1, 1.0))   # 98 ms ±1 against 100 ms ±10: inside
+    assert len(same) == 1 and same[0].startswith("HOROVOD_FUSION_THRESHOLD=32 MiB (the lab's setting) run again")
+    assert INCONCLUSIVE in same[0]
+    apart = hf.reruns(fresh, reused, _lab(0.2, 0.01))   # 98 ms against 200 ms ±0.2
+    assert "differ beyond their spreads" in apart[0]
 
 
 def test_notebook_03_prints_each_finding_and_its_takeaways_state_no_outcome():
@@ -92,3 +131,18 @@ def test_notebook_03_prints_each_finding_and_its_takeaways_state_no_outcome():
     md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     for seen in ("land close to each other", "expect an efficiency well below", "they\nusually overlap"):
         assert seen not in md, f"notebook 03 states an outcome in prose: {seen!r}"
+
+
+def test_notebook_03_reads_the_dark_bars_and_the_negotiation_right():
+    """Issue #42: the dark bars are not always the run above; negotiation shares are wall-clock."""
+    from pathlib import Path
+
+    import nbformat
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "course/notebooks/03_horovod_synthetic_resnet50.ipynb",
+                       as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    md = " ".join(" ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+    assert "The dark bars are the 2-worker run above" not in md and "a new run with the same settings" in md
+    assert "hvd_findings.reruns(fusion, cycle, two)" in code
+    assert "hvd_findings.timeline(totals, wall)" in code and "cycle, totals, wall)" in code
+    assert "what negotiation, fusion and the all-reduce cost" not in md and "not that the messages were slow" in md

@@ -3,7 +3,8 @@
 * `gap_rows(rows)`: per global batch, the test accuracy of each LR policy after the same epochs.
 * `scaling_rows(rows)`: steps to the target accuracy per batch beside perfect scaling
   (steps x B_0 / B: doubling the batch halves the steps) and the efficiency ideal / measured.
-* `describe(rows)`: the sentences a notebook prints, built from the measured numbers only.
+* `describe(rows)`: the sentences a notebook prints, built from the measured numbers only (a test
+  gap is told apart from under-training by the training accuracy, where the rows have it).
 * `python -m dltutor.ddp.batch_report [--fast]`: the sweep of notebook 02 at its full (or fast)
   sizes, without Jupyter; it prints both tables and the sentences.
 """
@@ -51,6 +52,29 @@ def _pts(a, b) -> str:
     return f"{100 * (a - b):+.1f} points"
 
 
+def _gap_kind(rows: list[dict], b_small: int, b_big: int, policy: str) -> str:
+    """Too few steps or a generalization gap? The training accuracy tells them apart: under-trained,
+    the large batch fits its own training images worse too; with a generalization gap it fits them
+    as well and only the test images suffer (Hoffer et al., 2017: mostly too few updates)."""
+    def one(batch, pol):
+        return next(r for r in rows if r["global_batch"] == batch and r["policy"] == pol)
+    small, big = one(b_small, "fixed"), one(b_big, policy)
+    if small.get("train_acc") is None or big.get("train_acc") is None:
+        return ("No training accuracy in these rows, so they cannot tell too few steps from a "
+                "generalization gap; at equal epochs the large batch took far fewer steps, and Hoffer "
+                "et al. (2017) found such gaps to be mostly too few updates.")
+    d_test = small["test_acc"] - big["test_acc"]
+    d_train = small["train_acc"] - big["train_acc"]
+    head = (f"Training accuracy at the end of the budget: {small['train_acc']:.1%} at B={b_small}, "
+            f"{big['train_acc']:.1%} at B={b_big} with {POLICY_TEXT[policy]} ({_pts(-d_train, 0)}, "
+            f"against {_pts(-d_test, 0)} on the test images; one run each, no spread): ")
+    if d_train >= d_test / 2:
+        return head + ("the large batch fits its own training images worse too, so most of the test "
+                       "gap is too few steps (under-training), not a generalization gap.")
+    return head + ("the large batch fits its training images about as well, so most of the test gap "
+                   "is a wider train-test gap: a generalization gap.")
+
+
 def describe(rows: list[dict], fast: bool | None = None) -> list[str]:
     """Sentences that say what this sweep measured (numbers from `rows` only); `fast` (default:
     this process's fast mode) adds the fast-mode caveat; a stored reference passes False."""
@@ -63,17 +87,20 @@ def describe(rows: list[dict], fast: bool | None = None) -> list[str]:
     out = [] if not fast else [
         f"FAST MODE: {r0['steps_per_epoch'] * r0['global_batch']} training images, "
         f"{r0['steps'] // r0['steps_per_epoch']} epochs: every run is under-trained and one run's accuracy "
-        "moves by several points with the seed, so this run cannot tell a generalization gap from too "
-        "few steps. Read it for the mechanics; the full-mode reference below shows the effect."]
+        "moves by several points with the seed. Read it for the mechanics; the full-mode reference "
+        "below shows the effect."]
     out += [f"Same epochs for every batch: the smallest batch ({small['global_batch']}, {small['steps']} "
            f"steps) reached {base:.1%} test accuracy; the largest ({big['global_batch']}, only "
            f"{big['steps']} steps) reached " + ", ".join(
                f"{acc[p]:.1%} with {POLICY_TEXT[p]}" for p in POLICIES if acc[p] is not None) + "."]
     best = max((p for p in POLICIES if acc[p] is not None), key=lambda p: acc[p])
+    gapped = acc[best] < base - 0.01
     out.append(f"Best large-batch policy here: {POLICY_TEXT[best]}, {_pts(acc[best], base)} against the "
-               f"smallest batch" + (" (no gap bigger than 1 point in this run)." if acc[best] >= base - 0.01
-                                    else " (fast mode: mostly too few steps, not yet a generalization gap)."
-                                    if fast else " (a generalization gap)."))
+               f"smallest batch" + (" (no gap bigger than 1 point in this run)." if not gapped else
+                                    f" (a test-accuracy gap at the same epochs, after {big['steps']} steps "
+                                    f"against {small['steps']})."))
+    if gapped:
+        out.append(_gap_kind(rows, small["global_batch"], big["global_batch"], best))
     if acc.get("scaled") is not None and acc.get("scaled+warmup") is not None:
         out.append(f"Warm-up at the largest batch: {_pts(acc['scaled+warmup'], acc['scaled'])} over the "
                    f"linear rule alone (peak LR {big['lr scaled']:.3g}).")
@@ -105,16 +132,18 @@ def describe(rows: list[dict], fast: bool | None = None) -> list[str]:
 
 def compare_with_lab(row: dict, lab: dict) -> list[dict]:
     """Two rows: `row` (one process) and lab 02's rank-0 metrics `lab` of the same run on W ranks,
-    both at the end of the budget of epochs."""
+    both at the end of the budget of epochs, each with its per-step loss curve (`loss_curve`, the
+    global batch's loss) for `findings.lab_agreement`'s verdict on the first steps."""
     def within(step):
         return step if step is not None and step <= row["steps"] else None
     one = {"run": "one process (the sweep)", "global_batch": row["global_batch"], "lr": row["peak_lr"],
            "steps": row["steps"], "final_loss": row["loss_curve"][row["steps"] - 1],
-           "test_acc": row["test_acc"], "steps_to_target": within(row["steps_to_target"])}
+           "test_acc": row["test_acc"], "steps_to_target": within(row["steps_to_target"]),
+           "loss_curve": row["loss_curve"][:row["steps"]]}
     ranks = {"run": f"lab 02 on {lab['world_size']} ranks ({lab['hardware']})",
              "global_batch": lab["global_batch"], "lr": lab["lr"], "steps": lab["steps"],
              "final_loss": lab["final_loss"], "test_acc": lab["test_acc"],
-             "steps_to_target": lab["steps_to_target"]}
+             "steps_to_target": lab["steps_to_target"], "loss_curve": lab.get("loss_curve")}
     return [one, ranks]
 
 

@@ -11,9 +11,10 @@ batch takes k times fewer steps) under one LR policy (`POLICIES`):
   scaled         the linear scaling rule, lr = base_lr x B / base_batch (`scaling.scaled_lr`);
   scaled+warmup  the same peak LR, reached by a linear ramp from base_lr over `warmup_epochs`
                  (Goyal et al.; `scaling.warmup_scheduler`).
-`sweep` returns one row per (batch, policy): test accuracy at the end of the budget (the large-batch
-generalization gap), and, for `target_policies`, the optimizer steps until the test accuracy first
-reaches `target` (`steps_to_target`; runs go on up to `max_epochs` to get there). Perfect scaling
+`sweep` returns one row per (batch, policy): test and training accuracy at the end of the budget
+(a test gap with the training accuracy as low is too few steps; with it high, a generalization
+gap), and, for `target_policies`, the optimizer steps until the test accuracy first reaches
+`target` (`steps_to_target`; runs go on up to `max_epochs` to get there). Perfect scaling
 halves the steps when the batch doubles; `batch_report.scaling_rows` compares each batch with that ideal.
 """
 from __future__ import annotations
@@ -105,6 +106,7 @@ def train_run(data, batch: int, policy: str, *, base_lr: float, base_batch: int,
     every = max(1, steps_per_epoch // evals_per_epoch)
     budget, last = epochs * steps_per_epoch, (max_epochs or epochs) * steps_per_epoch
     losses, lrs, curve, step, acc, t0 = [], [], [], 0, None, time.perf_counter()
+    train_acc = None   # on the training images, at the end of the budget (or at divergence)
     diverged = reached = False
     for epoch in range(max_epochs or epochs):
         for idx in global_batches(len(x), batch, world_size, seed, epoch):
@@ -117,7 +119,7 @@ def train_run(data, batch: int, policy: str, *, base_lr: float, base_batch: int,
             if step % every == 0 or step in (budget, last) or diverged:
                 curve.append((step, accuracy(model, xt, yt)))
             if step == budget or (diverged and acc is None):
-                acc = curve[-1][1]
+                acc, train_acc = curve[-1][1], accuracy(model, x, y)
             reached = reached or (target is not None and bool(curve) and curve[-1][1] >= target)
             if diverged or step >= last or (step >= budget and (reached or target is None)):
                 break
@@ -129,7 +131,7 @@ def train_run(data, batch: int, policy: str, *, base_lr: float, base_batch: int,
             "world_size": world_size, "width": width, "seed": seed, "base_lr": base_lr,
             "warmup_epochs": warmup_epochs, "evals_per_epoch": evals_per_epoch,
             "warmup_steps": warm, "steps_per_epoch": steps_per_epoch, "steps": budget,
-            "test_acc": acc, "diverged": diverged, "final_loss": losses[-1],
+            "test_acc": acc, "train_acc": train_acc, "diverged": diverged, "final_loss": losses[-1],
             "target": target, "steps_to_target": hit,
             "epochs_to_target": None if hit is None else hit / steps_per_epoch,
             "steps_run": step, "loss_curve": losses, "lr_curve": lrs, "acc_curve": curve,

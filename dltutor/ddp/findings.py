@@ -6,8 +6,10 @@ timeline's terms. A difference inside the spreads is reported as "inconclusive h
 
 * `step_row(label, metrics)`: one launch as a row: mean step time of the slowest rank, its spread.
 * `scaling(table)`: weak and strong scaling efficiency against 1.0 and against each other.
-* `buckets(rows)`: which bucket setting stepped fastest; whether no overlap beat the default.
-* `lab_agreement(pair)`: lab 02 on W ranks against the one-process sweep (section 3).
+* `buckets(rows)`: which bucket setting stepped fastest; whether no overlap beat the lab's buckets
+  (`bucket_label`: sizes in MiB; `lab_buckets_note`: the lab's explicit 25 is not DDP's default).
+* `lab_agreement(pair)`: lab 02 on W ranks against the one-process sweep (section 3): a verdict,
+  agree / differ, on the first steps' losses, where the two must agree.
 * `overlap_table(rows)` and `overlap(table)`: the iteration-time model's terms per variant
   (`dltutor.ddp.timeline`) and the overlap fraction.
 """
@@ -72,16 +74,49 @@ def scaling(table: list[dict]) -> list[str]:
 
 
 # ---------------------------------------------------------------- section 3: the lab against one process
+FIRST_STEPS = 10    # the verdict's steps: same weights, images and LR, before differences can grow
+LOSS_TOL = 2e-4     # float rounding of one batch of B against W ranks' mean over B / W each
+
+
+def _parting(a: list, b: list, tol: float):
+    """(step counted from 1, |difference|) of the first step whose losses differ by more than `tol`
+    (a NaN on either side counts as a difference)."""
+    return next(((i + 1, abs(x - y)) for i, (x, y) in enumerate(zip(a, b)) if not abs(x - y) <= tol), None)
+
+
+def first_steps_verdict(one: list, ranks: list, first: int = FIRST_STEPS, tol: float = LOSS_TOL) -> list[str]:
+    """The verdict on the first `first` steps' losses, where the two runs must agree, and where the
+    two curves part after them (if they do)."""
+    n = min(first, len(one), len(ranks))
+    head = (f"Verdict on the first {n} steps' losses, where the two runs must agree (same first weights, "
+            f"same images in each global batch, same LR), tolerance ±{tol:g}: ")
+    part = _parting(one, ranks, tol)
+    if part and part[0] <= n:
+        return [head + f"they DIFFER: at step {part[0]} the losses are {part[1]:.2g} apart, so the "
+                "ranks did not take the one process's SGD steps."]
+    worst = max(abs(x - y) for x, y in zip(one[:n], ranks[:n]))
+    lines = [head + f"they AGREE (largest difference {worst:.1g}): the ranks took the one process's SGD steps."]
+    m = min(len(one), len(ranks))
+    lines.append(f"The loss curves stay within ±{tol:g} for all {m} steps." if not part else
+                 f"The loss curves part at step {part[0]} of {m} ({part[1]:.2g} apart): from there on they "
+                 "are two different trajectories, so the end-of-budget numbers below compare two runs that "
+                 "have split and are no test of the lab.")
+    return lines
+
+
 def lab_agreement(pair: list[dict], loss_tol: float = 1e-3) -> list[str]:
-    """`batch_report.compare_with_lab` rows (one process, then the ranks): do loss and accuracy agree?
+    """`batch_report.compare_with_lab` rows (one process, then the ranks): a verdict on the first
+    steps' losses (`first_steps_verdict`), then the end of the budget, loss and test accuracy.
 
     Float rounding differs between one process and W ranks summing over their shards; `loss_tol`
-    is the agreement threshold on the final loss, and the test accuracy may differ by one image
-    per thousand."""
+    is the threshold on the final loss, and the test accuracy may differ by one image per thousand."""
     one, ranks = pair
     src = "the one-process sweep"
-    lines = [against(f"final loss of {ranks['run']}", ranks["final_loss"], one["final_loss"],
-                     tolerance=loss_tol, source=src)]
+    lines = (first_steps_verdict(one["loss_curve"], ranks["loss_curve"])
+             if one.get("loss_curve") and ranks.get("loss_curve") else
+             ["No per-step loss curves to compare: no verdict on the first steps."])
+    lines.append("At the end of the budget: " + against(
+        f"final loss of {ranks['run']}", ranks["final_loss"], one["final_loss"], tolerance=loss_tol, source=src))
     if one["test_acc"] is not None and ranks["test_acc"] is not None:
         lines.append(against("test accuracy", ranks["test_acc"], one["test_acc"], tolerance=1e-3, source=src))
     if (one["steps"], one["global_batch"]) != (ranks["steps"], ranks["global_batch"]):
@@ -91,8 +126,30 @@ def lab_agreement(pair: list[dict], loss_tol: float = 1e-3) -> list[str]:
 
 
 # ---------------------------------------------------------------- section 4: buckets and overlap
-def buckets(rows: list[dict], default: str = "bucket_cap_mb=25") -> list[str]:
-    """Which variant stepped fastest (or inconclusive), and no overlap against the default buckets."""
+LAB_BUCKET_MB = 25   # lab 02's --bucket-cap-mb default, passed to DDP explicitly
+
+
+def bucket_label(mb: float) -> str:
+    """A bucket variant's label: DDP's `bucket_cap_mb` is in MiB (2**20 bytes)."""
+    return f"bucket_cap_mb={mb:g} (MiB)"
+
+
+def lab_buckets_note() -> str:
+    """What the lab's explicit bucket_cap_mb=25 is, against DDP's own default (None), read from the
+    installed torch (`DistributedDataParallel` keeps a smaller first bucket only when it is None)."""
+    import torch
+    import torch.distributed as dist
+    first = dist._DEFAULT_FIRST_BUCKET_BYTES / 2 ** 20
+    return (f"{bucket_label(LAB_BUCKET_MB)} is the lab's setting, not DDP's default: the lab passes "
+            f"bucket_cap_mb={LAB_BUCKET_MB} explicitly, so every bucket, the first too, holds up to "
+            f"{LAB_BUCKET_MB} MiB; DDP left at bucket_cap_mb=None caps its first bucket at {first:g} MiB "
+            f"(torch.distributed._DEFAULT_FIRST_BUCKET_BYTES) and the others at 25 MiB "
+            f"(torch {torch.__version__}). That default was not run here.")
+
+
+def buckets(rows: list[dict], default: str = bucket_label(LAB_BUCKET_MB)) -> list[str]:
+    """Which variant stepped fastest (or inconclusive), no overlap against the lab's buckets
+    (`default`, the lab's bucket_cap_mb=25), and what those buckets are (`lab_buckets_note`)."""
     rows = sorted(rows, key=lambda r: r["step_time_ms"])
     best, second = rows[0], rows[1]
     gap = differs(best["step_time_ms"], second["step_time_ms"], best["spread_ms"], second["spread_ms"])
@@ -113,6 +170,8 @@ def buckets(rows: list[dict], default: str = "bucket_cap_mb=25") -> list[str]:
         lines.append(text)
     lines.append(f"({best['hardware']}; {min(r['timed_steps'] for r in rows)} timed steps per variant, "
                  "the spread is half the min-max range of the slowest rank's step times.)")
+    if default in by:
+        lines.append(lab_buckets_note())
     return lines
 
 

@@ -4,7 +4,9 @@
     engines(hvd_rows, ddp)   Horovod vs DDP on the same work, or "inconclusive here"
     sweep(name, points)      which value of one Horovod setting gave the shortest step
     sweeps(fusion, cycle)    both of the notebook's sweeps
-    timeline(totals)         where rank 0's timeline spent its time
+    reruns(fusion, cycle, r) where a sweep ran the lab's setting again: that run against run `r`
+    timeline(totals, wall)   where rank 0's timeline spent its time: wall-clock shares (`wall`), sums
+                             over overlapping tensors named as such; a negotiation span is waiting
     findings(...)            all of them, for the summary cell before the key takeaways
 
 A row's spread is the benchmark's 1.96-sigma interval over its timed iterations (`img_sec_conf`,
@@ -86,20 +88,38 @@ def sweep(name: str, points, label=lambda v: f"{v:g}") -> list[str]:
     return out
 
 
-def timeline(totals: dict) -> list[str]:
-    """Where rank 0's Horovod timeline spent its time (phases summed over tensors)."""
+NEGOTIATION_IS_WAITING = (
+    "A negotiation span is rank 0 waiting until every worker has reported that tensor ready: it "
+    "measures how far apart the workers are (skew, e.g. one still in its backward), not what the "
+    "protocol's messages cost.")
+
+
+def timeline(totals: dict, wall: dict | None = None) -> list[str]:
+    """Where rank 0's Horovod timeline spent its time: with `wall` (`plots.phase_wall`), the
+    wall-clock time some tensor spent in each phase, as a share of the time traced; `totals`
+    (`plots.phase_totals`) are sums over tensors whose spans overlap, reported as such, no shares."""
     top = {k: v for k, v in totals.items() if k in ("negotiation", "all-reduce")}
     if not top:
         return ["The timeline holds no negotiation or all-reduce span (too few steps were traced)."]
-    whole = sum(top.values())
-    parts = ", ".join(f"{k} {fmt(v, 'ms')} ({v / whole:.0%})" for k, v in
-                      sorted(top.items(), key=lambda kv: -kv[1]))
+    out = []
+    traced = (wall or {}).get("traced") or 0
+    if traced > 0:
+        out.append(f"Rank 0's timeline covers {fmt(traced, 'ms')}; some tensor was " + " and some ".join(
+            f"{'in negotiation' if k == 'negotiation' else 'in an all-reduce'} during "
+            f"{fmt(wall.get(k, 0.0), 'ms')} of it ({wall.get(k, 0.0) / traced:.0%})" for k in top)
+            + " (wall-clock: the union of the tensors' spans).")
+    summed = ", ".join(f"{k} {fmt(v, 'ms')}" for k, v in sorted(top.items(), key=lambda kv: -kv[1]))
+    more = traced > 0 and max(top.values()) > traced
+    out.append(f"Summed over tensors, whose spans overlap, the same phases add up to {summed}"
+               + (": more than the time traced, so these sums are not shares of the run." if more else
+                  ": overlapping time counts once per tensor, so these sums are not shares of the run."))
     inner = {k: v for k, v in totals.items() if k not in top}
-    tail = ""
     if inner:
         k, v = max(inner.items(), key=lambda kv: kv[1])
-        tail = f"; inside the operations, {k} took the most ({fmt(v, 'ms')})"
-    return [f"Rank 0's timeline, summed over tensors: {parts}{tail}."]
+        out[-1] += f" Inside the operations, {k} took the most ({fmt(v, 'ms')}, summed the same way)."
+    if "negotiation" in top:
+        out.append(NEGOTIATION_IS_WAITING)
+    return out
 
 
 def sweeps(fusion, cycle) -> list[str]:
@@ -109,6 +129,32 @@ def sweeps(fusion, cycle) -> list[str]:
             + sweep("HOROVOD_CYCLE_TIME", cycle, lambda v: f"{v:g} ms"))
 
 
-def findings(scaling_rows, hvd_rows, ddp_rows, fusion, cycle, totals) -> list[str]:
+def reruns(fusion, cycle, lab_row: dict) -> list[str]:
+    """`rerun` for both sweeps: where a panel's dark bar is a new run, it against the run above."""
+    from dltutor.horovod.plots import fusion_label
+    return (rerun("HOROVOD_FUSION_THRESHOLD", fusion, lab_row, lambda v: fusion_label(int(v)))
+            + rerun("HOROVOD_CYCLE_TIME", cycle, lab_row, lambda v: f"{v:g} ms"))
+
+
+def rerun(name: str, points, lab_row: dict, label=lambda v: f"{v:g}") -> list[str]:
+    """When a sweep ran the lab's own value again (`runs.sweep_setting` reuses the run above only
+    when the value is not in its list), that new run against the run above: same settings, two runs."""
+    from dltutor.horovod.runs import SETTING_KEYS
+    value = float(lab_row[SETTING_KEYS[name]])
+    new = next((p for p in points if p[0] == value and not p[3].endswith("(run above)")), None)
+    if new is None:
+        return []
+    above, spread = 1000 * lab_row["step_time_s"], 1000 * lab_row["step_time_s"] * lab_row["img_sec_conf"] / \
+        lab_row["img_sec_per_worker"]
+    text = compare(f"{name}={label(value)} (the lab's setting) run again in this sweep", 1000 * new[1],
+                   "the run above with the same settings", above, unit="ms", spread_a=1000 * new[2],
+                   spread_b=spread)
+    if differs(1000 * new[1], above, 1000 * new[2], spread):
+        text += " Two runs of the same settings differ beyond their spreads: the spreads understate run-to-run noise."
+    return [text]
+
+
+def findings(scaling_rows, hvd_rows, ddp_rows, fusion, cycle, totals, wall=None) -> list[str]:
     """All of notebook 03's findings, in the order of its sections."""
-    return scaling(scaling_rows) + engines(hvd_rows, ddp_rows) + sweeps(fusion, cycle) + timeline(totals)
+    return (scaling(scaling_rows) + engines(hvd_rows, ddp_rows) + sweeps(fusion, cycle)
+            + timeline(totals, wall))

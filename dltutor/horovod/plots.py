@@ -93,11 +93,35 @@ def phase_of(span: Span) -> str:
 
 
 def phase_totals(spans: list[Span]) -> dict:
-    """Total milliseconds per phase, summed over tensors (they overlap in time)."""
+    """Total milliseconds per phase, summed over tensors. The tensors' spans overlap in time, so a
+    sum can exceed the run's length: it is not a share of the wall-clock time (`phase_wall` is)."""
     totals = defaultdict(float)
     for s in spans:
         totals[phase_of(s)] += s.duration_us / 1000.0
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def _union_us(intervals) -> float:
+    """Length of the union of (start, end) intervals."""
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total, end = total + (b - a), b
+        elif b > end:
+            total, end = total + (b - end), b
+    return total
+
+
+def phase_wall(spans: list[Span]) -> dict:
+    """Wall-clock milliseconds during which at least one tensor was in each top-level phase
+    (negotiation, all-reduce: the union of the tensors' spans), and `traced`, first start to last end."""
+    by = defaultdict(list)
+    for s in spans:
+        if s.depth == 0:
+            by[phase_of(s)].append((s.start_us, s.end_us))
+    out = {k: _union_us(v) / 1000.0 for k, v in by.items()}
+    out["traced"] = (max(s.end_us for s in spans) - min(s.start_us for s in spans)) / 1000.0 if spans else 0.0
+    return out
 
 
 def _short(name: str, width: int = 28) -> str:
@@ -146,7 +170,8 @@ def plot_timeline(spans: list[Span], title: str = "Horovod timeline", max_tensor
     return ax
 
 
-def plot_phase_totals(totals: dict, title: str = "ms per phase\n(summed over tensors)", ax=None):
+def plot_phase_totals(totals: dict, title: str = "ms per phase, summed over tensors\n(they overlap: "
+                      "not shares of the run)", ax=None):
     import matplotlib.pyplot as plt
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3))
@@ -196,10 +221,21 @@ def plot_fusion(thresholds_bytes, step_times_s, title: str, ax=None, ddp_step_s=
                      None if highlight_bytes is None else fusion_label(highlight_bytes), spreads_s)
 
 
+def dark_bar(points, lab_row: dict, key: str) -> str:
+    """Which run a sweep panel's dark bar (the lab's value) is: the run above, reused by
+    `runs.sweep_setting` when the value is not in its list, or a new run with the same settings."""
+    run = next((p[3] for p in points if p[0] == float(lab_row[key])), None)
+    if run is None:
+        return "not in this sweep"
+    return (f"the {lab_row['workers']}-worker run above" if run.endswith("(run above)")
+            else "a new run, same settings as the run above")
+
+
 def plot_setting_sweeps(fusion, cycle, lab_row: dict, ddp_row: dict | None, label: str):
     """Notebook 03: print and plot the two `runs.sweep_setting` results side by side.
 
-    `lab_row` is the Horovod run with the lab's own settings (its bars are drawn darker; its
+    `lab_row` is the Horovod run with the lab's own settings (the lab's values are drawn darker, and
+    each panel's title says whether its dark bar is that run or a new one, `dark_bar`; its
     `workers` is the sweep's, named in the title),
     `ddp_row` the DDP run on the same work (its step time is the dashed line)."""
     import matplotlib.pyplot as plt
@@ -210,12 +246,14 @@ def plot_setting_sweeps(fusion, cycle, lab_row: dict, ddp_row: dict | None, labe
         print(f"HOROVOD_CYCLE_TIME       {value:>5g} ms: {t:6.3f} +-{spread:.3f} s/step  ({run})")
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
     ddp_step = ddp_row["step_time_s"] if ddp_row else None
+    dark = dark_bar(fusion, lab_row, "fusion_threshold_bytes")
     plot_fusion([int(p[0]) for p in fusion], [p[1] for p in fusion],
-                "step time vs fusion threshold (dark: the lab's setting)", ax=axes[0],
+                f"step time vs fusion threshold\n(dark: the lab's setting, {dark})", ax=axes[0],
                 ddp_step_s=ddp_step, highlight_bytes=lab_row["fusion_threshold_bytes"],
                 spreads_s=[p[2] for p in fusion])
     plot_knob([f"{p[0]:g} ms" for p in cycle], [p[1] for p in cycle], "HOROVOD_CYCLE_TIME",
-              "step time vs cycle time (dark: the lab's setting)", ax=axes[1], ddp_step_s=ddp_step,
+              f"step time vs cycle time\n(dark: the lab's setting, {dark_bar(cycle, lab_row, 'cycle_time_ms')})",
+              ax=axes[1], ddp_step_s=ddp_step,
               highlight=f"{lab_row['cycle_time_ms']:g} ms", spreads_s=[p[2] for p in cycle])
     fig.suptitle(f"Horovod, {lab_row['workers']} workers, one run per bar (error bar: 1.96 sigma over its "
                  f"iterations) -- {label}", fontsize=10)

@@ -29,8 +29,9 @@ the global batch and splits it over the W ranks. Learning rate: the linear scali
 lr = lr_base x global_batch / base_batch (= lr_base x W in weak scaling with the default
 base batch), ramped up linearly over --warmup-steps (or --warmup-epochs) from lr_base;
 --no-scale-lr keeps lr_base.
-Gradient communication: by default DDP all-reduces gradient buckets of --bucket-cap-mb MB while
-backward is still running (overlap). --no-overlap runs backward under DDP's no_sync() (no
+Gradient communication: by default DDP all-reduces gradient buckets of --bucket-cap-mb MiB while
+backward is still running (overlap). The lab always passes that value (default 25), so its first
+bucket is 25 MiB too; DDP left to itself (bucket_cap_mb=None) makes the first bucket 1 MiB. --no-overlap runs backward under DDP's no_sync() (no
 communication at all) and then all-reduces every gradient in one flat buffer by hand, after
 backward has finished (dltutor.ddp.by_hand.allreduce_gradients): same result, no overlap.
 
@@ -107,7 +108,8 @@ def parse_args(argv=None):
                    help="first warm-up LR as a fraction of the peak (None: lr / peak lr)")
     p.add_argument("--momentum", type=flags.nonnegative_float, default=0.9, help="SGD momentum")
     p.add_argument("--weight-decay", type=flags.nonnegative_float, default=5e-4, help="SGD weight decay")
-    p.add_argument("--bucket-cap-mb", type=flags.positive_float, default=25.0, help="DDP gradient bucket size")
+    p.add_argument("--bucket-cap-mb", type=flags.positive_float, default=25.0,
+                   help="DDP gradient bucket size in MiB (passed to DDP: the first bucket too)")
     p.add_argument("--no-overlap", action="store_true",
                    help="no_sync() backward, then one flat all-reduce by hand")
     p.add_argument("--train-subset", type=flags.nonnegative_int, default=0, help="train images (0: all)")
