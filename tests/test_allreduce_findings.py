@@ -50,16 +50,18 @@ def test_fit_findings_report_the_alpha_ratio_each_way():
     big = summary({"ring": modelled("ring", alpha=60e-6), "reduce_bcast": modelled("reduce_bcast", scale=0.5),
                    "recursive_doubling": modelled("recursive_doubling", scale=2.0)}, pingpong=pp)
     lines = F.fit_findings(big, cm.compare_fits(big))
+    assert lines[0].startswith("the ring's minimax α-β fit is usable: within 0%")
+    lines = lines[1:]
     assert "the ring's fitted α 60 µs vs the ping-pong's α 20 µs: the ring's fitted α is 3.00x" in lines[0]
     # model lines drawn with the ring's alpha: above reduce_bcast's points, below recursive doubling's
     assert lines[1].startswith("reduce_bcast at 1 KiB") and "below it by" in lines[1]
     assert lines[2].startswith("recursive_doubling at 1 KiB") and "above it by" in lines[2]
     assert "ring: the model with the ring's minimax α, β is within 0% of the measured time" in lines[3]
     small = summary({"ring": modelled("ring", alpha=10e-6)}, pingpong=pp)
-    assert "the ring's fitted α is 0.50x the ping-pong's α" in F.fit_findings(small, cm.compare_fits(small))[0]
+    assert "the ring's fitted α is 0.50x the ping-pong's α" in F.fit_findings(small, cm.compare_fits(small))[1]
     # ping-pong too fast to resolve alpha: say so rather than divide by zero
     flat = summary({"ring": modelled("ring")}, pingpong=[d * 1e-9 for d in SIZES])
-    assert "not resolved" in F.fit_findings(flat, cm.compare_fits(flat))[0]
+    assert "not resolved" in F.fit_findings(flat, cm.compare_fits(flat))[1]
 
 
 def test_pair_findings_put_the_measurement_beside_the_model():
@@ -84,14 +86,15 @@ def test_hierarchical_findings_each_way():
     ring = modelled("ring", n=4)
     faster = F.hierarchical_findings(hier_summary([t / 2 for t in ring]))
     assert "rank 0: intra [0, 1], inter [0, 2]" in faster[0] and faster[1].endswith("True")
-    assert "hierarchical is 0.50x ring" in faster[2] and "hierarchical is 0.50x gloo" in faster[2]
+    assert faster[2].startswith("this launch's flat ring's minimax α-β fit is usable")
+    assert "hierarchical is 0.50x ring" in faster[3] and "hierarchical is 0.50x gloo" in faster[3]
     slower = F.hierarchical_findings(hier_summary([t * 2 for t in ring]))
     assert "hierarchical is 2.00x ring" in slower[-1]
     same = F.hierarchical_findings(hier_summary([t * 1.01 for t in ring], spread=0.1))
-    assert all(INCONCLUSIVE in s for s in same[2:])
+    assert all(INCONCLUSIVE in s for s in same[3:])
     model = cm.hierarchical_time(2, 2, SIZES[0], (50e-6, 1e-9), (50e-6, 1e-9)) / cm.flat_ring_time(
         2, 2, SIZES[0], (50e-6, 1e-9), (50e-6, 1e-9))
-    assert f"predicts hierarchical = {model:.2f}x ring" in faster[2]
+    assert f"predicts hierarchical = {model:.2f}x ring" in faster[3]
 
 
 def test_node_groups_split_ranks_into_intra_and_inter_node_groups():

@@ -67,6 +67,19 @@ def test_ps_findings_ring_grows_faster():
     assert "ring all-reduce (dist.all_reduce), time per step rises" in lines[1]
 
 
+def test_ps_findings_give_the_ratio_beside_the_model_and_why_shared_cores_decide_nothing():
+    """Issue #42 (05 c31/32): the model's PS/ring ratio beside the run's, and, when the ranks shared
+    fewer cores than processes, that the run cannot test the model, with the cores it saw."""
+    table = [{**r, "processes": 5, "cores": 2} for r in _table(ps=[2.0, 3.0, 2.8], ring=[1.0, 1.5, 2.0])]
+    lines = PS.findings(table)
+    assert ("parameter server / ring: measured 2.00x at W=2 and 1.40x at W=4; the α-β model "
+            "(ping-pong fit) predicts 1.00x and 1.00x.") in lines
+    assert lines[-1].startswith("This run cannot test how the model grows with W: at W=4 its 5 processes "
+                                "(1 server + 4 workers) shared the 2 CPU core(s) the ranks saw")
+    roomy = PS.findings([{**r, "processes": 5, "cores": 8} for r in table])
+    assert not any("cannot test" in s for s in roomy) and len(roomy) == len(lines) - 1
+
+
 def test_ps_findings_inconclusive_inside_the_spread():
     lines = PS.findings(_table(ps=[1.0, 1.05, 1.1], ring=[1.0, 1.02, 1.05], spread=0.5))
     assert F.INCONCLUSIVE in lines[-1] and "grew more" not in lines[-1]
@@ -153,7 +166,9 @@ def test_plots_carry_the_honest_labels():
               for t in (0, 8)]
     title = A.plot({"curves": curves, "data": "Fashion-MNIST", "batch": 8, "lr": 0.1,
                     "seeds": [0]}).axes[0].get_title()
-    assert A.SIMULATED in title and "Fashion-MNIST" in title and "CPU/gloo" in title
+    assert A.SIMULATED in title and "Fashion-MNIST" in title
+    # one process trains it: no ranks, no backend (issue #42: it was labelled "[CPU/gloo]")
+    assert "one process on 1 CPU thread, no process group" in title and "gloo" not in title
 
 
 def test_load_gives_fashion_mnist_as_784_features():

@@ -7,6 +7,7 @@
   link.py          the bytes an all-reduce puts on the link between nodes, counted by their interfaces
   sweep.py         what both labs share: the timing passes, result rows, process group, launch
   findings.py      the sentences notebook 05 prints about what this run measured
+  fitcheck.py      whether the fitted alpha-beta model describes the run, and what is printed from it
   landscape.py     the communication libraries of seed 000 (MPI, NCCL, RCCL, oneCCL, Gloo)
   visualizer.py    the ring widget (ipywidgets) and the plots of notebook 05
   exercise.py      the exercise: one reduce-scatter step on p2p, run on 3 then 4 ranks, checked

@@ -184,7 +184,9 @@ def findings(rows: list[dict]) -> list[str]:
 def plot(result: dict, path=None):
     """Test accuracy vs updates, one line per tau (mean over seeds)."""
     import matplotlib.pyplot as plt
-    from dltutor.core.plots import finish, labels
+    from dltutor.core.env import fast_mode
+    from dltutor.core.plots import finish
+    where = f"[{result['data']}, one process on 1 CPU thread, no process group{', fast mode' if fast_mode() else ''}]"
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for tau in sorted({c["tau"] for c in result["curves"]}):
         mine = [c for c in result["curves"] if c["tau"] == tau]
@@ -193,5 +195,5 @@ def plot(result: dict, path=None):
                 + (" (sync)" if tau == 0 else ""))
     ax.set_xlabel(f"updates (batch {result['batch']}, lr {result['lr']})")
     ax.set_ylabel(f"test accuracy, % (mean of {len(result['seeds'])} seed(s))")
-    ax.set_title(f"Async SGD, {SIMULATED}: accuracy vs updates {labels(result['data'])}", fontsize=9)
+    ax.set_title(f"Async SGD, {SIMULATED}: accuracy vs updates {where}", fontsize=9)
     return finish(fig, ax, path)

@@ -232,10 +232,13 @@ def _timed_loop(fn, x, calls: int) -> float:
 
 def time_allreduce(fn, nbytes: int, dtype=torch.float32, iters: int = 10, warmup: int = 2,
                    min_seconds: float = 0.05) -> float:
-    """Seconds per all-reduce of `nbytes`, timed as nccl-tests and the OSU benchmarks do.
+    """Seconds per all-reduce of `nbytes` on the slowest rank.
 
-    After a barrier, calls run back to back; the elapsed time of the slowest rank divided by the
-    number of calls is the time of one all-reduce. (A barrier before every call would add the
+    After a barrier, calls run back to back (as nccl-tests does); the elapsed time of the slowest
+    rank divided by the number of calls is the time of one all-reduce: it is done when the last
+    rank is. nccl-tests and the OSU benchmarks report the average over ranks by default instead
+    (nccl-tests `-a 1`; `-a 3` is the slowest rank; OSU prints "Avg Latency", min and max with
+    `-f`), and OSU puts a barrier between calls. (A barrier before every call would add the
     barrier's own exit skew, a few hundred microseconds on CPUs, to every call.) The timed loop
     has at least `iters` calls and, like `timeit`'s autorange, enough of them to last
     `min_seconds`, judged from the `warmup` calls, so a short hiccup of the machine cannot

@@ -4,18 +4,19 @@ Each function takes lab summaries (`collectives.measure_allreduce`, `hierarchica
 and returns sentences for `dltutor.core.findings.show`. A spread is half the min..max range of a
 size's passes (`time_range_s`); two times whose gap is inside their spreads are "inconclusive here".
 
-- `fit_findings(summary, fits)`: the ring's fitted α beside the ping-pong's, whether the other
-  algorithms' model lines (drawn with the ring's α, β) sit above or below their smallest-message
-  points, and the largest model error of each algorithm over the sizes.
-- `pair_findings(summary, a, b)`: a against b at the smallest and the largest size, beside the
-  model's prediction of their ratio there.
+- `fit_findings(summary, fits)`: whether the ring's minimax fit is usable (`fitcheck.check`); if
+  so, the ring's fitted α beside the ping-pong's and whether the other algorithms' model lines
+  (drawn with the ring's α, β) sit above or below their smallest-message points; always the
+  largest model error of each algorithm over the sizes.
+- `pair_findings(summary, a, b, alpha, beta, usable)`: a against b at the smallest and the largest
+  size, beside the model's prediction of their ratio there (none from an unusable fit).
 - `winner_findings(summary)`: the fastest algorithm per size against the runner-up.
 - `hierarchical_findings(summary)`: the 2-D all-reduce against the flat ring and dist.all_reduce per
-  size, and the α-β model of both (α, β fitted to this launch's own flat ring).
+  size, and the α-β model of both (α, β fitted to this launch's own flat ring, if usable).
 """
 from __future__ import annotations
 
-from dltutor.allreduce import cost
+from dltutor.allreduce import cost, fitcheck
 from dltutor.core.findings import INCONCLUSIVE, against, compare, differs
 from dltutor.core.units import fmt_bytes
 
@@ -44,8 +45,25 @@ def _vs(summary: dict, a: str, b: str, nbytes: int) -> str:
 
 
 def fit_findings(summary: dict, fits: dict) -> list[str]:
-    """α from the ring vs α from the ping-pong; model lines vs the smallest measured points; the
-    largest model error per algorithm. `fits` is `cost.compare_fits(summary)`."""
+    """Whether the ring's minimax fit is usable; if so, α from the ring vs α from the ping-pong and
+    the model lines vs the smallest measured points; the largest model error per algorithm.
+    `fits` is `cost.compare_fits(summary)`."""
+    alpha, beta, _ = fits["ring, minimax"]
+    chk = fitcheck.check(summary, alpha, beta)
+    out = [chk["line"]] + (_alpha_lines(summary, fits) if chk["usable"] else [])
+    n = summary["world_size"]
+    for alg in ("ring", "reduce_bcast", "recursive_doubling"):
+        if _rows(summary, alg):
+            err = cost.model_errors(summary, alg, alpha, beta)
+            sizes = cost.times_of(summary, alg)[0]
+            out.append(f"{alg}: the model with the ring's minimax α, β is within {err.max():.0%} of the "
+                       f"measured time at every size (worst at {fmt_bytes(sizes[err.argmax()])}), N = {n}")
+    return out
+
+
+def _alpha_lines(summary: dict, fits: dict) -> list[str]:
+    """The ring's α against the ping-pong's; the other algorithms' model lines against their
+    smallest-message points (from a usable fit only)."""
     n = summary["world_size"]
     alpha, beta, _ = fits["ring, minimax"]
     alpha_pp = fits["ping-pong, lsq"][0]
@@ -69,24 +87,20 @@ def fit_findings(summary: dict, fits: dict) -> list[str]:
         out.append(against(f"{alg} at {fmt_bytes(smallest)}", row["time_s"] * US, model * US,
                            tolerance=_spread(row) * US, unit="µs",
                            source="its model line (the ring's α, β)"))
-    for alg in ("ring", "reduce_bcast", "recursive_doubling"):
-        if _rows(summary, alg):
-            err = cost.model_errors(summary, alg, alpha, beta)
-            sizes = cost.times_of(summary, alg)[0]
-            out.append(f"{alg}: the model with the ring's minimax α, β is within {err.max():.0%} of the "
-                       f"measured time at every size (worst at {fmt_bytes(sizes[err.argmax()])}), N = {n}")
     return out
 
 
-def pair_findings(summary: dict, a: str, b: str, alpha: float, beta: float) -> list[str]:
-    """`a` against `b` at the smallest and the largest measured size, with the model's ratio there."""
+def pair_findings(summary: dict, a: str, b: str, alpha: float, beta: float, usable: bool = True) -> list[str]:
+    """`a` against `b` at the smallest and the largest measured size, with the model's ratio there
+    (`usable`: whether the fit of alpha, beta passed `fitcheck.check`; if not, no ratio)."""
     n = summary["world_size"]
     sizes = sorted({r["bytes"] for r in _rows(summary, a)} & {r["bytes"] for r in _rows(summary, b)})
     out = []
     for d in sorted({sizes[0], sizes[-1]}):
         ratio = float(cost.model_time(a, n, d, alpha, beta) / cost.model_time(b, n, d, alpha, beta))
-        out.append(f"N = {n}, D = {fmt_bytes(d)}: {_vs(summary, a, b, d)} The model predicts "
-                   f"{a} = {ratio:.2f}x {b} here.")
+        model = (f"The model predicts {a} = {ratio:.2f}x {b} here." if usable else
+                 "No model ratio: the fit is unusable (above).")
+        out.append(f"N = {n}, D = {fmt_bytes(d)}: {_vs(summary, a, b, d)} {model}")
     return out
 
 
@@ -106,14 +120,17 @@ def hierarchical_findings(summary: dict) -> list[str]:
     """The 2-D all-reduce against the flat ring and dist.all_reduce, measured and modelled."""
     n, per_node, nodes = summary["world_size"], summary["per_node"], summary["nodes"]
     alpha, beta = cost.fit_summary(summary, "ring", "minimax")
+    chk = fitcheck.check(summary, alpha, beta)
     out = ["groups reported by the ranks: " + "; ".join(
         f"rank {r}: intra {g['intra']}, inter {g['inter']}" for r, g in sorted(summary.get("groups", {}).items()))]
-    out.append(f"hierarchical result equal to dist.all_reduce (int64 exactly, float32 allclose): "
-               f"{all(summary['checks'].values())}")
+    out += [f"hierarchical result equal to dist.all_reduce (int64 exactly, float32 allclose): "
+            f"{all(summary['checks'].values())}", chk["line"].replace("the ring's", "this launch's flat ring's")]
     for d in sorted({r["bytes"] for r in summary["results"]}):
         model = float(cost.hierarchical_time(nodes, per_node, d, (alpha, beta), (alpha, beta))
                       / cost.flat_ring_time(nodes, per_node, d, (alpha, beta), (alpha, beta)))
+        said = (f"The model (one machine: all links alike, α, β fitted to this launch's flat ring) "
+                f"predicts hierarchical = {model:.2f}x ring." if chk["usable"] else
+                "No model ratio: the flat ring's fit is unusable (above).")
         out.append(f"D = {fmt_bytes(d)}: {_vs(summary, 'hierarchical', 'ring', d)} "
-                   f"{_vs(summary, 'hierarchical', 'gloo', d)} The model (one machine: all links alike, "
-                   f"α, β fitted to this launch's flat ring) predicts hierarchical = {model:.2f}x ring.")
+                   f"{_vs(summary, 'hierarchical', 'gloo', d)} {said}")
     return out

@@ -182,10 +182,26 @@ def findings(table: list[dict]) -> list[str]:
             verdict = ("the parameter server's" if add["ps"] > add["ring"] else "the ring's") + " grew more"
         else:
             verdict = f"{F.INCONCLUSIVE}, the difference is inside the spreads over passes"
+        out.append(f"parameter server / ring: measured {ps[0] / ring[0]:.2f}x at W={ws[0]} and "
+                   f"{ps[-1] / ring[-1]:.2f}x at W={ws[-1]}; the α-β model (ping-pong fit) predicts "
+                   f"{m_ps[0] / m_ring[0]:.2f}x and {m_ps[-1] / m_ring[-1]:.2f}x.")
         out.append(f"From W={ws[0]} to W={ws[-1]} the parameter server's time per step grew by "
                    f"{add['ps']:+.3g} ms (model: {m_ps[-1] - m_ps[0]:+.3g} ms) and the ring's by "
                    f"{add['ring']:+.3g} ms (model: {m_ring[-1] - m_ring[0]:+.3g} ms): {verdict}.")
-    return out
+    return out + _shared_cores(table)
+
+
+def _shared_cores(table: list[dict]) -> list[str]:
+    """Why the run cannot test the model's growth with W when its ranks shared fewer cores."""
+    r = table[-1]
+    procs, cores = r.get("processes"), r.get("cores")
+    if not procs or not cores or procs <= cores:
+        return []
+    return [f"This run cannot test how the model grows with W: at W={r['workers']} its {procs} processes "
+            f"(1 server + {procs - 1} workers) shared the {cores} CPU core(s) the ranks saw, so a rank "
+            f"also waits for a core and the copies of the other ranks' messages run on the same cores; "
+            f"the model counts messages on links that work in parallel, one core per rank. On a node "
+            f"with at least {procs} cores the comparison means what it says."]
 
 
 def plot(table: list[dict], path=None):

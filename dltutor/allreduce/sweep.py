@@ -1,7 +1,8 @@
 """The timing sweep both lab-05 scripts run: passes over (algorithm, size) and the rows they report.
 
 - `over_passes(keys, measure, passes)`: key -> (fastest, slowest) over `passes` sweeps through all
-  keys (a slow spell of a shared machine hits one pass; interference only ever adds time).
+  keys (a slow spell of a shared machine hits one pass; interference only ever adds time), after
+  one untimed warm-up sweep, each pass starting at another key (`pass_order`).
 - `result_row(algorithm, nbytes, span, n, ok)`: one row of a lab summary: time_s (the fastest pass),
   time_range_s [fastest, slowest], algbw / busbw in GB/s (`dltutor.allreduce.cost`), ok.
 - `add_sweep_flags(parser, sizes)`: the flags both labs share (--sizes, --iters, --warmup, --passes).
@@ -29,19 +30,34 @@ def add_sweep_flags(ap, sizes: str) -> None:
                     help="at least this many back-to-back calls per timing (more if they last < 50 ms)")
     ap.add_argument("--warmup", type=flags.nonnegative_int, default=3, help="untimed repetitions per size")
     ap.add_argument("--passes", type=flags.positive_int, default=3,
-                    help="the whole sweep is repeated this many times and each size reports its fastest "
-                         "pass: interference on a shared machine only ever adds time (timeit's rule)")
+                    help="the whole sweep is repeated this many times (after one untimed warm-up sweep, "
+                         "each pass starting at another size) and each size reports its fastest pass: "
+                         "interference on a shared machine only ever adds time (timeit's rule)")
 
 
-def over_passes(keys, measure, passes: int) -> dict:
+def over_passes(keys, measure, passes: int, warm: bool = True) -> dict:
     """key -> (fastest, slowest) of `measure(key)` over `passes` sweeps through all keys: a slow
     spell of a shared machine hits one pass, and interference only ever adds time. A key whose
-    measure returns None on this rank (the ping-pong off ranks 0 and 1) maps to (None, None)."""
+    measure returns None on this rank (the ping-pong off ranks 0 and 1) maps to (None, None).
+
+    Warm-up cannot spoil a key: with `warm`, one untimed sweep through every key comes first
+    (connections, buffers, caches), and each pass starts at a different key (`pass_order`), so
+    no key is always the one measured first in a pass, right after the largest message."""
+    keys = list(keys)
+    for k in keys if warm else ():
+        measure(k)
     seen = {k: [] for k in keys}
-    for _ in range(passes):
-        for k in keys:
+    for p in range(passes):
+        for k in pass_order(keys, p, passes):
             seen[k].append(measure(k))
     return {k: (min(v), max(v)) if None not in v else (None, None) for k, v in seen.items()}
+
+
+def pass_order(keys: list, p: int, passes: int) -> list:
+    """The keys of pass `p` of `passes`: rotated to start at key p·len/passes, so each pass begins
+    at a different key (and every rank computes the same order)."""
+    start = p * len(keys) // max(1, passes)
+    return keys[start:] + keys[:start]
 
 
 def result_row(algorithm: str, nbytes: int, span, n: int, ok: bool) -> dict:

@@ -213,6 +213,13 @@ def plot_busbw(summaries: dict, ax=None):
     return ax
 
 
+def fit_note(summary: dict, alpha: float, beta: float) -> str:
+    """'' for a usable ring fit; else ': fit UNUSABLE (misses its own 1 KiB point by 90%)'."""
+    from dltutor.allreduce.fitcheck import check
+    c = check(summary, alpha, beta)
+    return "" if c["usable"] else f": fit UNUSABLE (misses its own {fmt_bytes(c['at'])} point by {c['worst']:.0%})"
+
+
 def plot_model_vs_measured(summary: dict, alpha: float, beta: float, ax=None,
                            algorithms=("ring", "reduce_bcast", "recursive_doubling")):
     """Log-log time vs size: measured points and α-β model lines for each algorithm."""
@@ -231,8 +238,8 @@ def plot_model_vs_measured(summary: dict, alpha: float, beta: float, ax=None,
         ax.plot(grid, model_time(alg, n, grid, alpha, beta) * 1e6, "-", color=COLOURS.get(alg),
                 alpha=0.7, label=f"{alg} model")
     ax.set_title(f"α-β model (lines) vs measured (dots), N={n} ({_note(summary)})\n"
-                 f"α = {alpha * 1e6:.1f} µs, 1/β = {1 / beta / 1e9 if beta else float('inf'):.2f} GB/s",
-                 fontsize=10)
+                 f"α = {alpha * 1e6:.1f} µs, 1/β = {1 / beta / 1e9 if beta else float('inf'):.2f} GB/s"
+                 f"{fit_note(summary, alpha, beta)}", fontsize=10)
     _style(ax, "time per all-reduce (µs)")
     return ax
 
@@ -263,7 +270,7 @@ def plot_hierarchical(summary: dict, ax=None):
             alpha=0.7, label="2-D model")
     ax.set_title(f"2-D all-reduce on {m} x {l} ranks vs flat, measured (dots) and modelled (lines), "
                  f"{_note(summary)}\nα = {link[0] * 1e6:.1f} µs, 1/β = "
-                 f"{1 / link[1] / 1e9 if link[1] else float('inf'):.2f} GB/s (fitted to the flat ring)",
-                 fontsize=10)
+                 f"{1 / link[1] / 1e9 if link[1] else float('inf'):.2f} GB/s (fitted to the flat ring)"
+                 f"{fit_note(summary, *link)}", fontsize=10)
     _style(ax, "time per all-reduce (µs)")
     return ax

@@ -85,9 +85,14 @@ def trend(name: str, xs, ys, *, x_name: str, unit: str = "", spreads=None) -> st
 
 def against(name: str, measured: float, expected: float, *, tolerance: float, source: str,
             unit: str = "") -> str:
-    """One sentence: a measured value beside a predicted one (formula, reference), within or not."""
+    """One sentence: a measured value beside a predicted one (formula, reference), within or not.
+    Agreement within a tolerance as large as the predicted value decides nothing (zero would
+    "agree" too): INCONCLUSIVE then."""
     gap = measured - expected
     head = f"{name}: {fmt(measured, unit)} measured vs {fmt(expected, unit)} from {source}"
+    if abs(gap) <= tolerance and expected and abs(tolerance) >= abs(expected):
+        return (f"{head}: {INCONCLUSIVE}, the tolerance (±{fmt(tolerance, unit)}) is as large as the "
+                f"predicted value, so any measurement from 0 to twice it would count as agreeing.")
     if abs(gap) <= tolerance:
         return f"{head}: within ±{fmt(tolerance, unit)}, they agree."
     return f"{head}: {'above' if gap > 0 else 'below'} it by {fmt(abs(gap), unit)}."
