@@ -195,3 +195,23 @@ def test_lab_refuses_bad_input_with_one_sentence(capsys):
             io_bench.parse_args(argv)
         assert exc.value.code == 2 and words in capsys.readouterr().err
     assert io_bench.parse_args(["--tiny"]).samples == 512
+
+
+def test_shard_members_read_the_same_samples_at_random(written):
+    root = written[0]
+    ds = formats.ShardMembers(root)
+    streamed = {k: (x, y) for shard in formats.files_of("shards", root) for x, y, k in formats.shard_samples(shard)}
+    assert len(ds) == len(streamed) == N and (root / formats.INDEX).is_file()
+    for i in (0, N // 2, N - 1, 7):
+        x, y, k = ds[i]
+        assert k == i and y == streamed[k][1] and torch.equal(x, streamed[k][0])
+
+
+def test_lab_compares_the_two_splits_on_the_same_shards(tmp_path):
+    root = bench.prepare(tmp_path / "data", n=96, fmts=("shards",), per_shard=16)
+    result = runs.run_lab(2, root, samples=96, per_shard=16, fmts=("shards",), batch_size=16,
+                          shard_splits=("file-level", "sampler"), timeout=300)
+    rows = runs.rows(result)
+    assert {(r["rank"], r["mode"]) for r in rows} == {(0, "file-level shards"), (1, "file-level shards"),
+                                                      (0, "DistributedSampler"), (1, "DistributedSampler")}
+    assert {r["format"] for r in rows} == {"shards"} and all(r["exactly_once"] for r in rows), rows

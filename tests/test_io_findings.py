@@ -70,14 +70,14 @@ def test_workers_each_way():
 
 def _rank(rank, mode, rate, once=True, spread=1.0):
     return {"rank": rank, "mode": mode, "samples": 256, "samples_per_s": rate, "spread_per_s": spread,
-            "exactly_once": once}
+            "exactly_once": once, "format": "shards"}
 
 
 def test_sharding_each_way():
     out = F.sharding([_rank(0, "file-level shards", 900), _rank(1, "file-level shards", 1100),
                       _rank(0, "DistributedSampler", 300), _rank(1, "DistributedSampler", 500)])
     assert out[0] == "file-level shards: samples per rank 256, 256; every sample read exactly once."
-    assert "file-level shards is 2.50x DistributedSampler" in out[2]
+    assert "file-level shards (shards) is 2.50x DistributedSampler (shards)" in out[2]
     out = F.sharding([_rank(0, "file-level shards", 300, once=False), _rank(0, "DistributedSampler", 320, spread=30)])
     assert "NOT every sample exactly once" in out[0] and INCONCLUSIVE in out[2]
 
@@ -108,8 +108,9 @@ def test_starving_light_starved_heavy_fed_and_the_reverse():
           "heavy + files/w0": _steps(1, 9), "heavy + memmap/w0": _steps(1, 99)}
     out = F.starving(tl)
     assert out[0].startswith("files/w0: wait share light 90% vs heavy 10%: light is 9.00x heavy")
-    assert "light model: starved (wait > 50% of the step) on 1 of 2 pipelines (files/w0)" in out[2]
-    assert "heavy model: starved (wait > 50% of the step) on 0 of 2 pipelines" in out[3]
+    assert out[1].startswith("files/w0, light vs heavy: wait per step 9 ms vs 1 ms (9x)")   # absolute wait too
+    assert "light model: starved (wait > 50% of the step) on 1 of 2 pipelines (files/w0)" in out[4]
+    assert "heavy model: starved (wait > 50% of the step) on 0 of 2 pipelines" in out[5]
     assert out[-1] == "The same pipeline starved one model and fed another: files/w0."
     tl = {"light + files/w0": _steps(1, 9), "heavy + files/w0": _steps(9, 1)}
     assert "light is 0.11x heavy" in F.starving(tl)[0]
@@ -119,7 +120,7 @@ def test_starving_inside_the_spread_is_inconclusive():
     tl = {"light + files/w0": _steps(5, 5, jitter=4), "heavy + files/w0": _steps(4, 6, jitter=4)}
     out = F.starving(tl)
     assert INCONCLUSIVE in out[0]
-    assert "within the spread of the 50 % line (inconclusive here) for files/w0" in out[1]
+    assert "within the spread of the 50 % line (inconclusive here) for files/w0" in out[2]
     assert out[-1] == "No pipeline here clearly starved one model and fed another."
 
 
@@ -130,3 +131,66 @@ def test_exercise_prints_what_was_measured():
     assert out[0].endswith("-> starved.") and out[1].endswith("-> fed.")
     assert out[-1] == "Starved in this run: mlp + files/w0."
     assert F.exercise({"mlp + files/w0": _steps(0.2, 2)})[-1] == "Starved in this run: none."
+
+
+# ---------------------------------------------------------------- issue 42: sentences that are true
+def test_sizes_report_allocated_space_beside_the_apparent_bytes(tmp_path):
+    from dltutor.io import bench
+    root = bench.prepare(tmp_path / "r", 40, per_shard=10)
+    rows = {r["format"]: r for r in bench.sizes(root)}
+    files = sorted((root / "files").rglob("*.png"))
+    assert rows["files"]["apparent_mb"] == pytest.approx(sum(p.stat().st_size for p in files) / 1e6)
+    assert rows["files"]["allocated_mb"] == pytest.approx(sum(p.stat().st_blocks * 512 for p in files) / 1e6)
+    assert rows["files"]["allocated_mb"] > rows["files"]["apparent_mb"]      # each small PNG takes a block
+    line = F.sizes([{"format": "files", "files": 10000, "apparent_mb": 5.04, "allocated_mb": 41.4}])[0]
+    assert line == ("files: 10,000 file(s) hold 5.04 MB and take 41.4 MB on the device (8.21x; "
+                    "4.1 kB allocated per file).")
+
+
+def test_warm_slower_than_cold_is_never_an_effect():
+    rows = _reads(500, 1500)
+    rows[5] = _read("memmap", "warm", 4464, spread=300)       # warm after cold 9000 +- 1
+    line = next(s for s in F.formats(rows) if s.startswith("memmap:"))
+    assert "warm is" not in line and "which a page cache cannot cause" in line and INCONCLUSIVE in line
+    assert any(s.startswith("files: warm 2,000 samples/s vs cold 500") and "warm is 4.00x" in s
+               for s in F.formats(rows))                     # a faster warm pass is still said
+
+
+def _pass(rate, seconds, spread, workers=0, prefetch=2):
+    return {"format": "files", "how": "shuffled", "workers": workers, "prefetch": prefetch, "batch_size": 128,
+            "cache": "cold", "samples_per_s": rate, "seconds": seconds, "spread_per_s": spread}
+
+
+def test_repeats_show_the_noise_between_passes():
+    out = F.repeats([_pass(7521, 1.3, 300), _pass(4464, 2.2, 480), _pass(4464, 2.2, 480),
+                     _pass(3000, 3.0, 10, workers=1, prefetch=2), _pass(6000, 1.5, 10, workers=1, prefetch=8)])
+    assert len(out) == 1                                      # prefetch 2 and 8 are not repeats
+    assert out[0].startswith("files (shuffled, 0 workers, batch 128, cold) was read 2 times: 7,521 samples/s, "
+                             "4,464 samples/s. The passes lie up to 3,057 samples/s (68%) apart")
+    assert "is not an effect here" in out[0]
+    agree = F.repeats([_pass(1000, 1.0, 50), _pass(1050, 1.1, 50)])[0]
+    assert agree.endswith("the passes agree within their spreads.")
+    assert F.repeats([_pass(1000, 1.0, 50)])[0].startswith("No configuration was read more than once")
+
+
+def test_sharding_over_two_formats_is_no_verdict_on_sharding():
+    rows = [dict(_rank(0, "file-level shards", 1350), format="shards"),
+            dict(_rank(0, "DistributedSampler", 1000), format="files")]
+    line = F.sharding(rows)[-1]
+    assert "file-level shards (shards) 1,350 samples/s vs DistributedSampler (files)" in line
+    assert "mixes the format with the way of sharding" in line and "no verdict on sharding" in line
+    same = [dict(r, format="shards") for r in rows]
+    assert "mixes" not in F.sharding(same)[-1]
+
+
+def test_wait_is_compared_in_ms_not_only_as_a_share():
+    tl = {"heavy + files/w0": _steps(16, 109), "heavy + shards/w0": _steps(19, 63)}
+    line = F.pipelines(tl)[0]
+    assert line.startswith("heavy, shards/w0 vs files/w0: wait per step 19 ms vs 16 ms (1.19x), compute 63 ms "
+                           "vs 109 ms (0.578x), wait share")
+    assert "the same model computed 0.578x as long per step here" in line
+    tl = {"light + files/w0": _steps(7, 0.5), "heavy + files/w0": _steps(16, 109)}
+    out = F.starving(tl)
+    both = next(s for s in out if s.startswith("files/w0, light vs heavy: wait per step 7 ms vs 16 ms (0.438x)"))
+    assert "the shares alone would misread the pipeline" in both
+    assert "same model" not in both

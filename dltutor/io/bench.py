@@ -21,14 +21,16 @@ def prepare(root, n: int, fmts=formats.FORMATS, per_shard: int = 256) -> Path:
     root = Path(root)
     want = dict(n=n, per_shard=per_shard, formats=sorted(fmts), data=source.NAME)
     meta = root / META
-    if meta.is_file() and json.loads(meta.read_text()) == want:
-        return root
-    for fmt in formats.FORMATS:
-        shutil.rmtree(root / fmt, ignore_errors=True)
-    images, labels = source.load(n)
-    for fmt in fmts:
-        formats.write(fmt, root, images, labels, per_shard=per_shard)
-    meta.write_text(json.dumps(want))
+    if not (meta.is_file() and json.loads(meta.read_text()) == want):
+        for fmt in formats.FORMATS:
+            shutil.rmtree(root / fmt, ignore_errors=True)
+        (root / formats.INDEX).unlink(missing_ok=True)
+        images, labels = source.load(n)
+        for fmt in fmts:
+            formats.write(fmt, root, images, labels, per_shard=per_shard)
+        meta.write_text(json.dumps(want))
+    if "shards" in fmts:
+        formats.shard_index(root)   # now, not inside a timed pass
     return root
 
 
@@ -37,21 +39,25 @@ def meta(root) -> dict:
 
 
 def sizes(root, fmts=formats.FORMATS) -> list[dict]:
-    """Files and bytes on disk per format."""
+    """Files per format, the bytes they hold (`apparent_mb`) and the space they take on the
+    device (`allocated_mb`, whole blocks per file, as `du` counts)."""
     rows = []
     for fmt in fmts:
         paths = formats.files_of(fmt, root)
-        rows.append(dict(format=fmt, files=len(paths), disk_mb=measure.disk_bytes(paths) / 1e6))
+        rows.append(dict(format=fmt, files=len(paths), apparent_mb=measure.disk_bytes(paths) / 1e6,
+                         allocated_mb=measure.allocated_bytes(paths) / 1e6))
     return rows
 
 
 def read_share(fmt: str, root, rank: int = 0, world_size: int = 1, batch_size: int = 128,
-               workers: int = 0, prefetch: int = 2, cold: bool = True, seed: int = 0) -> dict:
+               workers: int = 0, prefetch: int = 2, cold: bool = True, seed: int = 0,
+               split: str = "file-level") -> dict:
     """One pass over this rank's share of format `fmt`: tar shards split by file (rank r reads
-    shards[r::W]); the other formats through a shuffled DistributedSampler over all samples."""
+    shards[r::W]) unless split="sampler"; the other formats, and the shards with split="sampler"
+    (each sample a seek into its shard), through a shuffled DistributedSampler over all samples."""
     n = meta(root)["n"]
     paths = formats.files_of(fmt, root)
-    if fmt == "shards":
+    if fmt == "shards" and split == "file-level":
         mine = sharding.shards_for_rank(paths, rank, world_size)
         ds = formats.dataset("shards", root, shards=mine)
         row = measure.read_rate(lambda: measure.loader(ds, batch_size, workers, prefetch), mine,
@@ -59,7 +65,7 @@ def read_share(fmt: str, root, rank: int = 0, world_size: int = 1, batch_size: i
         how = "file-level shards"
     else:
         from torch.utils.data.distributed import DistributedSampler
-        ds = formats.dataset(fmt, root)
+        ds = formats.ShardMembers(root) if fmt == "shards" else formats.dataset(fmt, root)
         sampler = DistributedSampler(ds, num_replicas=world_size, rank=rank, shuffle=True,
                                      seed=seed)
         row = measure.read_rate(lambda: measure.loader(ds, batch_size, workers, prefetch, sampler),

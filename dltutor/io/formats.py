@@ -15,6 +15,7 @@ checked byte for byte and a sharded read can be checked for coverage.
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -203,6 +204,48 @@ def _shard_stream_cls():
 def shard_stream(shards):
     """An IterableDataset over `shards` (a list of tar paths: a rank passes its own share)."""
     return _shard_stream_cls()(shards)
+
+
+INDEX = "shards.index.json"   # beside the shards folder, so that it is never taken for a shard
+
+
+def shard_index(root) -> list:
+    """[(shard name, png offset, png size, cls offset, cls size, id)] of every sample in the tar
+    shards, by id: where each member's bytes lie, read from the tar headers once and kept in
+    root/INDEX (so a timed pass never reads headers). A random reader needs it; a stream does not."""
+    path = Path(root) / INDEX
+    if path.is_file():
+        return [tuple(x) for x in json.loads(path.read_text())]
+    rows = []
+    for shard in files_of("shards", root):
+        members = {}
+        with tarfile.open(shard, "r:") as tar:
+            for m in tar.getmembers():
+                key, ext = os.path.splitext(m.name)
+                members.setdefault(key, {})[ext] = (m.offset_data, m.size)
+        rows += [(shard.name, *v[".png"], *v[".cls"], int(k)) for k, v in members.items()]
+    rows.sort(key=lambda r: r[-1])
+    path.write_text(json.dumps(rows))
+    return rows
+
+
+class ShardMembers:
+    """The tar shards read at random, one sample at a time (map-style, for a DistributedSampler):
+    the same files and bytes as `shard_stream`, but a seek and two small reads per sample."""
+
+    def __init__(self, root):
+        self.folder, self.items, self._open = Path(root) / "shards", shard_index(root), {}
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        name, png_at, png_n, cls_at, cls_n, key = self.items[i]
+        fh = self._open.get(name) or self._open.setdefault(name, open(self.folder / name, "rb"))
+        fh.seek(png_at)
+        png = fh.read(png_n)
+        fh.seek(cls_at)
+        return _to_tensor(_png_decode(png)), int(fh.read(cls_n)), key
 
 
 def dataset(fmt: str, root, shards=None):

@@ -74,7 +74,14 @@ def cache_state(fraction: float) -> str:
 
 
 def disk_bytes(paths) -> int:
+    """The files' apparent size: the bytes they hold (os.path.getsize, `du --apparent-size`)."""
     return sum(os.path.getsize(p) for p in paths)
+
+
+def allocated_bytes(paths) -> int:
+    """The space the files take on the device: whole blocks each (st_blocks x 512, what `du`
+    reports). A small file takes at least one block, however few bytes it holds."""
+    return sum(os.stat(p).st_blocks * 512 for p in paths)
 
 
 def loader(ds, batch_size: int, workers: int = 0, prefetch: int | None = None,

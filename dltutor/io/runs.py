@@ -10,10 +10,12 @@ LAB = "07_io/io_bench.py"
 
 def run_lab(nproc: int, root, samples: int, per_shard: int, fmts=("shards", "files"),
             batch_size: int = 128, workers: int = 0, cache: str = "cold", timeout: float = 600,
-            echo: bool = False):
-    """Lab 07_io on `nproc` local ranks over the formats already written under `root`."""
+            echo: bool = False, shard_splits=("file-level",)):
+    """Lab 07_io on `nproc` local ranks over the formats already written under `root`;
+    `shard_splits`: how the ranks share the tar shards ("file-level", "sampler" or both)."""
     args = ["--root", str(root), "--samples", str(samples), "--per-shard", str(per_shard),
-            "--formats", ",".join(fmts), "--batch-size", str(batch_size),
+            "--formats", ",".join(fmts), "--shards-split", ",".join(shard_splits),
+            "--batch-size", str(batch_size),
             "--workers", str(workers), "--cache", cache]
     from dltutor.core.device import plan_ranks
     plan = plan_ranks([nproc], need=nproc)   # fewer GPUs than ranks: the ranks use the CPU

@@ -97,6 +97,31 @@ def share_spread(rows, skip_first: bool = True) -> float:
                         if r["wait_s"] + r["compute_s"] > 0])
 
 
+def _steady(rows, skip_first: bool):
+    return rows[1:] if skip_first and len(rows) > 1 else rows
+
+
+def wait_ms(rows, skip_first: bool = True, key: str = "wait_s") -> float:
+    """Mean data wait per step (ms), step 0 (the time to the first batch) left out by default."""
+    rows = _steady(rows, skip_first)
+    return 1e3 * sum(r[key] for r in rows) / len(rows) if rows else 0.0
+
+
+def wait_ms_spread(rows, skip_first: bool = True, key: str = "wait_s") -> float:
+    """~95 % half-width of `wait_ms`, from the per-step waits (step 0 left out)."""
+    from dltutor.io.measure import mean_spread
+    return mean_spread([1e3 * r[key] for r in _steady(rows, skip_first)])
+
+
+def compute_ms(rows, skip_first: bool = True) -> float:
+    """Mean compute per step (ms), step 0 left out as in `wait_ms`."""
+    return wait_ms(rows, skip_first, key="compute_s")
+
+
+def compute_ms_spread(rows, skip_first: bool = True) -> float:
+    return wait_ms_spread(rows, skip_first, key="compute_s")
+
+
 def verdict(rows) -> str:
     return "starved (I/O-bound)" if wait_share(rows) > STARVED else "fed (compute-bound)"
 

@@ -1,15 +1,18 @@
 """What notebook 06's runs showed, in sentences built from their numbers (dltutor.core.findings).
 
 * `tp(rows)`: the TP checks (errors against the fp32 tolerance), all-reduces counted beside
-  Megatron's one per block and direction, bytes beside the formula, and the timings (one mean each);
+  Megatron's one per block and direction, bytes beside the formula, and the timings (the fastest
+  of the lab's alternated runs; decided only where the runs of split and whole do not overlap);
 * `bubble(rows)`: per (p, schedule) how the measured bubble moves with m, how far it sits from
   (p-1)/(m+p-1) and whether that gap grows with m (spread: half the min-max range of the steps);
+* `schedules(rows)`: 1F1B's bubble beside GPipe's at each m, against the two spreads;
+* `real_compute(rows)`: the real-compute table as `bubble`, and beside 1 - 1/p (no overlap);
 * `in_flight(rows)`: the most micro-batches a stage held, GPipe beside 1F1B (1F1B's point);
 * `findings(tp_rows, bubble_rows)`: the short summary printed before the key takeaways.
 """
 from __future__ import annotations
 
-from dltutor.core.findings import against, trend
+from dltutor.core.findings import INCONCLUSIVE, against, differs, fmt, trend
 
 TOLERANCE = 1e-5      # fp32 rounding: the tolerance tests/test_model_parallel.py holds the checks to
 BUBBLE_FLOOR = 0.02   # timer and scheduling jitter: a bubble within this of the formula "agrees"
@@ -36,9 +39,39 @@ def tp(rows: list[dict], tolerance: float = TOLERANCE) -> list[str]:
                    f"{one}; torch's DTensor plan made {torch_}, {same}. Each moved "
                    f"{r['bytes each']:,} B, {size} tokens x d_model x 4 B ({r['formula bytes']:,} B); "
                    f"{r['params/rank']:,} of {r['params whole']:,} parameters per rank.")
-    out.append("Timings (" + "; ".join(f"{r['block']} on {r['ranks']} ranks {r['ms split']:.1f} ms "
-                                       f"split vs {r['ms whole']:.1f} ms whole" for r in rows)
-               + "): one mean each, no spread measured, so no verdict on speed from this run.")
+    return out + timings(rows)
+
+
+def _speed(r: dict) -> tuple[str, int]:
+    """One row's split-vs-whole sentence and its verdict: -1 split faster, 1 slower, 0 undecided.
+    Decided only when the runs do not overlap: every split run faster than every whole run (or
+    slower), the two having been alternated run by run."""
+    head = (f"{r['block']} on {r['ranks']} ranks: split {fmt(r['ms split'], 'ms')} vs whole "
+            f"{fmt(r['ms whole'], 'ms')}, the fastest of {r['runs']} alternated runs each (slowest "
+            f"{fmt(r['slowest split'])} and {fmt(r['slowest whole'], 'ms')})")
+    if r["slowest split"] < r["ms whole"]:
+        return head + f": split is {r['ms split'] / r['ms whole']:.2f}x whole, every split run " \
+                      "faster than every whole run.", -1
+    if r["ms split"] > r["slowest whole"]:
+        return head + f": split is {r['ms split'] / r['ms whole']:.2f}x whole, every split run " \
+                      "slower than every whole run.", 1
+    return head + f": the runs overlap, {INCONCLUSIVE}.", 0
+
+
+def timings(rows: list[dict]) -> list[str]:
+    """Split vs whole per block, then what the decided rows say about the all-reduces' cost."""
+    said = [_speed(r) for r in rows]
+    out = [s for s, _ in said]
+    ways = {v for _, v in said if v}
+    if ways == {-1}:
+        out.append("Wherever decided, the split was faster: each rank computed 1/t of the block, so "
+                   "its two all-reduces per block cost less than the compute the split saved -- on "
+                   "this run they did not dominate the time.")
+    elif ways == {1}:
+        out.append("Wherever decided, the split was slower: its all-reduces (and the ranks' share "
+                   "of the cores) cost more than the 1/t of the compute it saved.")
+    elif ways:
+        out.append("The split was faster for some blocks and slower for others: see each line.")
     return out
 
 
@@ -71,6 +104,42 @@ def bubble(rows: list[dict], floor: float = BUBBLE_FLOOR) -> list[str]:
     return out
 
 
+def schedules(rows: list[dict]) -> list[str]:
+    """1F1B's bubble beside GPipe's at each m both ran, per p. With equal stages the formula gives
+    both the same bubble; this says whether the run did, against the two rows' spreads."""
+    out = []
+    for p in sorted({r["stages"] for r in rows}):
+        by = {sched: {r["m"]: r for r in pts} for q, sched, pts in _groups(rows) if q == p}
+        ms = sorted(set(by.get("gpipe", {})) & set(by.get("1f1b", {})))
+        if not ms:
+            continue
+        lower, higher = [], []
+        for m in ms:
+            f, g = by["1f1b"][m], by["gpipe"][m]
+            if differs(f["measured"], g["measured"], _spread(f), _spread(g)):
+                (lower if f["measured"] < g["measured"] else higher).append(f"m={m}")
+        points = ", ".join(f"{by['1f1b'][m]['measured']:.3g} vs {by['gpipe'][m]['measured']:.3g} "
+                           f"at m={m}" for m in ms)
+        verdict = "; ".join(x for x in (
+            f"1F1B lower beyond the spreads at {', '.join(lower)}" if lower else "",
+            f"1F1B higher beyond the spreads at {', '.join(higher)}" if higher else "") if x)
+        out.append(f"1F1B vs GPipe bubble, p={p} ({points}; {FORMULA} gives both the same): "
+                   + (verdict + "." if verdict else f"no gap beyond the spreads ({INCONCLUSIVE})."))
+    return out
+
+
+def real_compute(rows: list[dict], floor: float = BUBBLE_FLOOR) -> list[str]:
+    """The bubble table of the real-compute run: as `bubble`, and each schedule's bubble at the
+    largest m beside 1 - 1/p, what stages that never work at the same time would show."""
+    out = bubble(rows, floor)
+    for p, sched, pts in _groups(rows):
+        last = pts[-1]
+        out.append(against(f"{sched} bubble with real compute at m={last['m']} (p={p})", last["measured"],
+                           1 - 1 / p, tolerance=max(floor, _spread(last)),
+                           source="1 - 1/p, the bubble of stages that never work at the same time"))
+    return out
+
+
 PREDICTED = {"gpipe": ("m", lambda m, p: m), "1f1b": ("min(m, p)", lambda m, p: min(m, p))}
 
 
@@ -100,4 +169,5 @@ def in_flight(rows: list[dict]) -> list[str]:
 def findings(tp_rows: list[dict], bubble_rows: list[dict]) -> list[str]:
     """The summary before the key takeaways: TP exactness, the GPipe bubble's trend, 1F1B's memory."""
     gpipe = [r for r in bubble_rows if r["schedule"] == "gpipe"] or bubble_rows
-    return [tp(tp_rows)[0], *(s for s in bubble(gpipe) if "measured bubble" in s), *in_flight(bubble_rows)]
+    return [tp(tp_rows)[0], *(s for s in bubble(gpipe) if "measured bubble" in s),
+            *schedules(bubble_rows), *in_flight(bubble_rows)]

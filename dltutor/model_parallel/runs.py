@@ -61,7 +61,8 @@ def run_pipeline(nproc: int = 2, env=None, oversubscribe: bool = False, echo: bo
 
 
 def tp_rows(report: dict) -> list[dict]:
-    """One row per block: the three checks and the bytes, counted beside the formula."""
+    """One row per block: the three checks, the bytes counted beside the formula, and the times:
+    `ms whole`/`ms split` the fastest of `runs` alternated runs, `slowest ...` the slowest."""
     n = report["world_size"]
     return [{"ranks": n, "block": b["block"], "out err": b["out_err"], "grad err": b["grad_err"],
              "DTensor err": max(b["dtensor_out_err"], b["dtensor_grad_err"]),
@@ -71,7 +72,10 @@ def tp_rows(report: dict) -> list[dict]:
                                 f"{b['dtensor_collectives']['backward']}",
              "bytes each": b["bytes_forward"], "formula bytes": b["formula_bytes"],
              "params/rank": b["params_per_rank"], "params whole": b["params_full"],
-             "ms whole": b["ms_whole"], "ms split": b["ms_split"]} for b in report["blocks"]]
+             "ms whole": b["ms_whole"], "ms split": b["ms_split"],
+             "slowest whole": max(b.get("ms_whole_runs") or [b["ms_whole"]]),
+             "slowest split": max(b.get("ms_split_runs") or [b["ms_split"]]),
+             "runs": b.get("timed_runs", 1)} for b in report["blocks"]]
 
 
 def bubble_rows(report: dict) -> list[dict]:
@@ -87,29 +91,43 @@ def check_rows(report: dict) -> list[dict]:
     return [{"stages": report["world_size"], **c} for c in report["checks"]]
 
 
-def measured_bytes(tp: dict, pp: dict) -> list[dict]:
-    """Bytes each form moved per step in this notebook's runs, side by side.
+def measured_bytes(tp: dict, pp: dict | None = None) -> list[dict]:
+    """Bytes each form would move per step for ONE model, the TP lab's two blocks on its batch
+    (tokens = batch x seq, fp32), so the rows compare forms, not model sizes. Each row counts the
+    tensors a form communicates, each once (an all-reduce of a tensor counts its size).
 
-    TP: the two all-reduces of each block (counted by the layers); PP: one activation forward and
-    one gradient back per micro-batch (fp32, mb_size x d_model); DP (not run here): the ring
-    all-reduce a replica of the same blocks would need for its gradients, 2(n-1)/n x params x 4 B.
+    TP: the two all-reduces of each block (counted by the layers in the run); PP (derived, not run
+    on these blocks): the two blocks as two stages, one activation forward and one gradient back
+    across the cut per step, whatever m (the micro-batches split the same batch); DP (not run
+    here): one all-reduce of the blocks' gradients, params x 4 B. `pp` is not needed: section 2's
+    pipeline ran another, smaller model (`pipeline_lab_bytes` says what its cut carried).
     """
     n = tp["world_size"]
     tp_bytes = sum(b["bytes_forward"] + b["bytes_backward"] for b in tp["blocks"])
     params = sum(b["params_full"] for b in tp["blocks"])
-    m = max(r["m"] for r in pp["runs"])
-    act = pp["mb_size"] * pp["d_model"] * 4
+    tokens, width = tp["batch"] * tp["seq"], tp["d_model"]
+    act = tokens * width * 4
     return [
         {"form": "tensor (TP)", "kind": "counted", "what moves": "activations, all-reduce",
          "when": "every block, fwd and bwd",
          "bytes per step": tp_bytes, "source": f"counted, {n} ranks, tp_mlp.py"},
         {"form": "pipeline (PP)", "kind": "derived from shapes", "what moves": "activations, point-to-point",
-         "when": "every micro-batch at each stage boundary", "bytes per step": 2 * m * act,
-         "source": f"m={m} x 2 x {pp['mb_size']}x{pp['d_model']} fp32 (pipeline.py shapes)"},
+         "when": "every micro-batch at each stage boundary", "bytes per step": 2 * act,
+         "source": f"mlp | attention as 2 stages: 2 x {tokens} tokens x {width} x 4 B, any m"},
         {"form": "data (DP)", "kind": "formula only (not run)", "what moves": "gradients, all-reduce",
-         "when": "once per step", "bytes per step": 2 * (n - 1) / n * params * 4,
-         "source": f"ring formula on the {params:,} parameters of the TP blocks"},
+         "when": "once per step", "bytes per step": params * 4,
+         "source": f"the {params:,} parameters of the same blocks x 4 B (a ring sends "
+                   f"2(n-1)/n of it per rank)"},
     ]
+
+
+def pipeline_lab_bytes(pp: dict) -> str:
+    """What section 2's pipeline (its own, smaller model) sent across one stage boundary per step."""
+    m = max(r["m"] for r in pp["runs"])
+    act = pp["mb_size"] * pp["d_model"] * 4
+    return (f"Section 2's pipeline ran another, smaller model: at m={m} one stage boundary carried "
+            f"2 x {m} x {pp['mb_size']} x {pp['d_model']} x 4 B = {2 * m * act:,} B per step "
+            "(derived from its shapes) -- not comparable with the rows above, which use one model.")
 
 
 # seed 003's slide 19 ("Strategy Comparison"), its words, for the two rows this table keeps
@@ -137,11 +155,11 @@ def strategy_table(tp: dict, pp: dict, dp_scaling: str = "see notebook 02") -> l
             f"{best['bubble']:.2f} at m={best['m']} (formula {bubble_formula(p, worst['m']):.2f} -> "
             f"{bubble_formula(p, best['m']):.2f}), p={p}"),
         "tensor": (
-            "measured (bytes counted, time one mean)",
+            f"measured (bytes counted, time the fastest of {mlp.get('timed_runs', 1)} runs)",
             f"{mlp['params_per_rank']:,}/{mlp['params_full']:,} MLP params per rank, "
             f"{mlp['allreduce_forward']}+{mlp['allreduce_backward']} all-reduces of {mlp['bytes_forward']:,} B per block; "
             f"fwd+bwd {mlp['ms_split']:.1f} ms split on {tp['world_size']} ranks vs "
-            f"{mlp['ms_whole']:.1f} ms whole ({tp['hardware']})"),
+            f"{mlp['ms_whole']:.1f} ms whole ({tp['hardware']}; fastest runs)"),
     }
     return [{"strategy": name, "what is split": split, "when to use": when, "kind": ours[name][0],
              "this notebook": ours[name][1]} for name, (split, when) in SEED_003.items()]

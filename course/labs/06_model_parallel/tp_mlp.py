@@ -5,7 +5,8 @@ block on one process (output, input gradient, every parameter gradient) and agai
 
 Per block it reports the errors, the all-reduces each direction made and their bytes (counted
 by the from-scratch layers, and by torch's CommDebugMode for DTensor) beside the formula
-tokens x d_model x 4 bytes, and the time of forward+backward split vs whole.
+tokens x d_model x 4 bytes, and the time of forward+backward split vs whole: every one of the
+--iters runs (the two alternated) and the fastest of each.
 Every rank holds the same input (tensor-parallel ranks share the batch).
 
 Launch forms (run in this lab's folder):
@@ -64,17 +65,21 @@ def fwd_bwd(block, x):
     return out.detach(), x.grad
 
 
-def timed_ms(block, x, iters: int, dev) -> float:
-    """Fastest forward+backward (ms) over `iters` runs: interference only ever adds time."""
-    best = float("inf")
-    for _ in range(iters + 1):  # the first run warms up
-        synchronize(dev)
-        t = time.perf_counter()
-        fwd_bwd(block, x)
-        synchronize(dev)
-        best = min(best, (time.perf_counter() - t) * 1e3)
-        block.zero_grad(set_to_none=True)
-    return best
+def timed_ms(blocks, x, iters: int, dev) -> list[list[float]]:
+    """Forward+backward times (ms) of each block in `blocks`, `iters` runs each, the blocks
+    alternated run by run so that whatever else the machine does hits all of them alike. One
+    untimed run of each first warms up."""
+    times = [[] for _ in blocks]
+    for i in range(iters + 1):
+        for k, block in enumerate(blocks):
+            synchronize(dev)
+            t = time.perf_counter()
+            fwd_bwd(block, x)
+            synchronize(dev)
+            if i:
+                times[k].append((time.perf_counter() - t) * 1e3)
+            block.zero_grad(set_to_none=True)
+    return times
 
 
 def one_block(name, full, split_cls, x, a, ctx, mesh) -> dict:
@@ -108,9 +113,16 @@ def one_block(name, full, split_cls, x, a, ctx, mesh) -> dict:
         "dtensor_collectives": counts,
         "params_full": sum(p.numel() for p in full.parameters()),
         "params_per_rank": sum(p.numel() for p in split.parameters()),
-        "ms_whole": timed_ms(full, x, a.iters, dev),
-        "ms_split": timed_ms(split, x, a.iters, dev),
+        **timings(full, split, x, a.iters, dev),
     }
+
+
+def timings(full, split, x, iters: int, dev) -> dict:
+    """The whole and the split block timed alternately: every run (ms) and the fastest of each
+    (interference only ever adds time, so the fastest run is the least disturbed one)."""
+    whole, parts = timed_ms([full, split], x, iters, dev)
+    return {"ms_whole": min(whole), "ms_split": min(parts), "ms_whole_runs": whole,
+            "ms_split_runs": parts, "timed_runs": iters}
 
 
 def run(a, ctx) -> dict:
@@ -129,8 +141,8 @@ def run(a, ctx) -> dict:
             print(f"{r['block']:>9}: out err {r['out_err']:.1e}, grad err {r['grad_err']:.1e}, "
                   f"DTensor err {r['dtensor_out_err']:.1e}; all-reduces fwd/bwd "
                   f"{r['allreduce_forward']}/{r['allreduce_backward']} of {r['bytes_forward']} B "
-                  f"(formula {r['formula_bytes']} B); {r['ms_whole']:.1f} ms whole, "
-                  f"{r['ms_split']:.1f} ms split")
+                  f"(formula {r['formula_bytes']} B); fastest of {r['timed_runs']}: "
+                  f"{r['ms_whole']:.1f} ms whole, {r['ms_split']:.1f} ms split")
     return dict(blocks=rows, hardware=hardware_label(ctx.device), d_model=a.d_model,
                 hidden=a.hidden, heads=a.heads, batch=a.batch, seq=a.seq)
 

@@ -3,8 +3,9 @@
 Rank 0 writes the first --samples Fashion-MNIST training images (real data, never a stand-in) as
 many small PNG files, as WebDataset-style tar shards, as one numpy memmap and as one HDF5 file
 (dltutor.io.formats), unless --root holds them already. Then every rank reads its share of each
-format through a DataLoader: the tar shards split by file (rank r opens shards r, r+W, ...), the
-other formats through a shuffled DistributedSampler. Each rank reports samples/s, MB/s and
+format through a DataLoader: the tar shards split by file (rank r opens shards r, r+W, ...) and/or
+through a DistributedSampler over their samples (--shards-split), the other formats through a
+shuffled DistributedSampler. Each rank reports samples/s, MB/s and
 time-to-first-batch per format, and what the page cache held before the pass ('cold': the files
 were dropped from RAM with posix_fadvise first; 'warm': they were not). Rank 0 gathers the sample
 ids every rank read and reports whether each sample was read exactly once.
@@ -12,7 +13,8 @@ ids every rank read and reports whether each sample was read exactly once.
 Launch forms (run in this lab's folder):
   python io_bench.py --tiny                                 # 1 process reads everything
   torchrun --nproc-per-node 2 io_bench.py --tiny            # 2 ranks: each reads its share
-  torchrun --nproc-per-node 2 io_bench.py --formats shards,files --workers 1   # sharding vs sampler
+  torchrun --nproc-per-node 2 io_bench.py --formats shards --shards-split file-level,sampler
+                                                            # sharding vs sampler, same files
   srun --ntasks 2 python io_bench.py --tiny                 # Slurm: one task per rank
   sbatch --ntasks 2 --wrap "srun python io_bench.py --tiny" # a batch job: srun starts the ranks
   torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
@@ -49,6 +51,9 @@ def parse_args(argv=None):
                    help="DataLoader num_workers per rank (0: read in the training process)")
     p.add_argument("--prefetch", type=flags.positive_int, default=2,
                    help="DataLoader prefetch_factor: batches each worker prepares ahead")
+    p.add_argument("--shards-split", type=flags.choice_list(SPLITS), default="file-level",
+                   help="how the ranks share the tar shards: file-level (whole files per rank), "
+                        "sampler (a DistributedSampler over their samples), or both, comma-separated")
     p.add_argument("--cache", choices=["cold", "warm"], default="cold",
                    help="cold: drop the files from the page cache before each read; warm: keep them")
     flags.add_tiny(p, {"samples": 512, "per_shard": 128, "batch_size": 64})
@@ -56,6 +61,14 @@ def parse_args(argv=None):
     if args.samples > 60000:
         p.error(f"--samples {args.samples}: Fashion-MNIST has 60000 training images")
     return args
+
+
+SPLITS = ("file-level", "sampler")
+
+
+def passes(fmts, shard_splits):
+    """(format, split) in the order read: the shards once per split asked, the rest by sampler."""
+    return [(f, sp) for f in fmts for sp in (shard_splits if f == "shards" else ["sampler"])]
 
 
 def gather_ids(ids, ctx):
@@ -76,13 +89,13 @@ def main(argv=None) -> int:
         if ctx.is_distributed:
             tdist.barrier()  # DDP: the files exist before anyone reads
         rows = []
-        for fmt in args.formats:
+        for fmt, split in passes(args.formats, args.shards_split):
             if ctx.is_main and args.cache == "cold":
                 measure.drop_cache(formats.files_of(fmt, root))
             if ctx.is_distributed:
                 tdist.barrier()  # DDP: everyone starts from the same cache state
             row = bench.read_share(fmt, root, ctx.rank, ctx.world_size, args.batch_size,
-                                   args.workers, args.prefetch, cold=False)
+                                   args.workers, args.prefetch, cold=False, split=split)
             cover = sharding.coverage(gather_ids(row.pop("ids"), ctx), args.samples)
             rows.append(dict(row, exactly_once=cover["exactly_once"],
                              repeated=len(cover["repeated"]), missing=len(cover["missing"])))
