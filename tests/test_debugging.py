@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from dltutor.core import course
-from dltutor.debug import diagnose, flight, runs, stacks
+from dltutor.debug import diagnose, findings, flight, runs, stacks
 
 pytestmark = pytest.mark.slow
 PG = 5.0
@@ -59,6 +59,14 @@ def test_flight_recorder_analyzer_names_the_rank_at_the_sequence_number(hang):
     assert hang.fr_last[0]["op"] == "gloo:all_reduce"
     assert any(f["seq"] == stuck_seq and f["ranks"] == [1] for f in found), hang.fr_text[:2000]
     assert "Culprit rank 1" in hang.fr_text or "missing ranks: {1}" in hang.fr_text
+
+
+def test_flight_recorder_dumps_put_the_skipping_rank_ahead(hang):
+    pos = flight.behind_and_ahead(hang.fr_last)     # rank 1 skipped: it ran on, rank 0 waits
+    assert (pos["behind"], pos["ahead"]) == ([0], [1]), hang.fr_last
+    assert pos["there"][1] not in (None, pos["op"]), pos
+    text = " ".join(findings.flight(hang))
+    assert "the rank ahead is the culprit and the rank behind is the healthy one" in text, text
 
 
 def test_gloo_dumps_need_the_pg_config_rekeyed(hang):

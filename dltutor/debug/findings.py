@@ -83,8 +83,39 @@ def flight(out) -> list[str]:
     last = "; ".join(f"rank {r}: last collective #{e['last_seq']} {e['op']} {e['input_sizes']}"
                      for r, e in sorted(out.fr_last.items()))
     lines.append(f"The dumps' last entries: {last}.")
+    lines += behind_ahead(fr.behind_and_ahead(out.fr_last), found)
     lines.append(f"Adaptation needed on gloo: {fr.REKEYED}.")
     return lines
+
+
+def behind_ahead(pos: dict | None, found: list[dict]) -> list[str]:
+    """Which rank is behind (waiting) and which ahead, and which of them the evidence blames."""
+    if pos is None:
+        return ["Fewer than two ranks left a dump: nothing to say about who is behind."]
+    if not pos["ahead"]:
+        return [f"Every rank stopped at collective #{pos['seq']}: none is behind another."]
+    b, seq, op = pos["behind"], pos["seq"], pos["op"]
+    ahead = "; ".join(f"rank {r} at #{pos['last'][r][0]} {pos['last'][r][1]}" for r in pos["ahead"])
+    out = [f"Behind: rank(s) {b}, whose last recorded collective is #{seq} {op} (state "
+           f"{pos['state']}): they wait there. Ahead: {ahead}."]
+    skipped = [r for r in pos["ahead"] if pos["there"][r] not in (None, op)]
+    if any(pos["there"][r] is None for r in pos["ahead"]):
+        out.append(f"The buffer of a rank ahead no longer holds its #{seq}: the dumps cannot say "
+                   "whether it skipped that collective or the rank behind stopped before it.")
+    elif skipped:
+        out.append(f"As its #{seq}, rank(s) {skipped} ran "
+                   f"{', '.join(str(pos['there'][r]) for r in skipped)}, not {op}: they went past "
+                   f"the collective rank(s) {b} wait in without calling it. Here the rank ahead "
+                   "is the culprit and the rank behind is the healthy one, waiting for it.")
+    else:
+        out.append(f"The ranks ahead ran {op} as their #{seq} too: the rank(s) behind, {b}, are "
+                   "the ones that stopped (stuck in or before that collective).")
+    named = sorted({f["seq"] for f in found
+                    if f["kind"] == "missing ranks" and set(f["ranks"]) == set(b)})
+    if named and skipped:
+        out.append(f"The analyzer's \"missing ranks\" at {', '.join(f'#{n}' for n in named)} "
+                   f"list rank(s) {b}: the ranks that are behind, not the cause.")
+    return out
 
 
 def stack_lines(out) -> list[str]:

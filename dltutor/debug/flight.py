@@ -68,8 +68,25 @@ def last_entries(folder) -> dict[int, dict]:
         out[int(path.name[len(PREFIX):])] = {
             "last_seq": e.get("collective_seq_id"), "op": e.get("profiling_name"),
             "input_sizes": e.get("input_sizes"), "state": e.get("state"),
-            "entries": len(trace.get("entries") or [])}
+            "entries": len(trace.get("entries") or []),
+            "ops": {x.get("collective_seq_id"): x.get("profiling_name") for x in entries}}
     return out
+
+
+def behind_and_ahead(last: dict[int, dict]) -> dict | None:
+    """Where each rank stopped, from `last_entries`: the rank(s) whose last collective has the
+    lowest sequence number (behind: they wait in it), the others (ahead), and what each rank ahead
+    ran under that same sequence number (`there`: None when its buffer has no such entry)."""
+    seqs = {r: e["last_seq"] for r, e in last.items() if e.get("last_seq") is not None}
+    if len(seqs) < 2:
+        return None
+    low = min(seqs.values())
+    behind = sorted(r for r, s in seqs.items() if s == low)
+    ahead = sorted(r for r, s in seqs.items() if s > low)
+    return {"seq": low, "op": last[behind[0]]["op"], "state": last[behind[0]].get("state"),
+            "behind": behind, "ahead": ahead,
+            "last": {r: (seqs[r], last[r]["op"]) for r in sorted(seqs)},
+            "there": {r: (last[r].get("ops") or {}).get(low) for r in ahead}}
 
 
 def analyze(folder, timeout: float = 120.0) -> str:

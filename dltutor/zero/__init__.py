@@ -1,6 +1,7 @@
 """zero: notebook 04 and lab 04 (course/labs/04_deepspeed): ZeRO and out-of-core BERT with DeepSpeed.
 
   memory.py  the ZeRO memory formula per stage, and what a run really held
+  estimates.py  DeepSpeed's own ZeRO-3 estimator beside the formula: its terms, called one by one
   budget.py  an OS-enforced memory budget, so "out of memory" happens for real on a CPU
   bert.py    the BERT-style masked-LM model of the seed, synthetic token batches
   bert_lab.py  what the two BERT labs share: flags, DeepSpeed config loading, memory report
