@@ -12,8 +12,10 @@ a small `findings` (or `describe`) function that turns its rows into sentences w
       -> 'bubble at m=4: 0.34 measured vs 0.27 from the formula (p-1)/(m+p-1): above it by 0.07.'
     show(lines)   # renders as a bullet list in Jupyter, as text under print()
 
-A spread is a half-width (a 95 % interval, or half the min-max range of repeats); two values
-differ when the gap between them is larger than the sum of their spreads.
+A spread is the half-width of a 95 % confidence interval (`dltutor.core.spread`: of a mean over
+repeats, or of an accuracy on a test set); two values differ when the gap between them is larger
+than their half-widths combined in quadrature. A value without an interval (nan: one measurement)
+decides nothing.
 """
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ RUN_NOTE = "printed from this run's numbers"
 
 
 def fmt(x: float, unit: str = "") -> str:
-    """3 significant digits (thousands as whole numbers) and the unit."""
+    """3 significant digits (thousands as whole numbers) and the unit; 'n/a' for nan."""
+    if isinstance(x, float) and math.isnan(x):
+        return "n/a"
     s = f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
     return f"{s} {unit}".rstrip() if unit and unit != "%" else s + unit
 
@@ -41,8 +45,11 @@ def accuracy_halfwidth(acc: float, n: int) -> float:
 
 
 def differs(a: float, b: float, spread_a: float = 0.0, spread_b: float = 0.0) -> bool:
-    """True when |a - b| is larger than the two spreads together."""
-    return abs(a - b) > abs(spread_a) + abs(spread_b)
+    """True when |a - b| is larger than the two half-widths combined (in quadrature: the ± of the
+    difference of two independent means); never when either has no interval (nan)."""
+    if any(isinstance(v, float) and math.isnan(v) for v in (a, b, spread_a, spread_b)):
+        return False
+    return abs(a - b) > math.hypot(spread_a, spread_b)
 
 
 def compare(name_a: str, a: float, name_b: str, b: float, *, unit: str = "",
@@ -51,8 +58,10 @@ def compare(name_a: str, a: float, name_b: str, b: float, *, unit: str = "",
     head = f"{name_a} {fmt(a, unit)} vs {name_b} {fmt(b, unit)}"
     spread = f"±{fmt(spread_a)} and ±{fmt(spread_b)}"
     if not differs(a, b, spread_a, spread_b):
+        if math.isnan(spread_a) or math.isnan(spread_b):
+            return f"{head}: {INCONCLUSIVE}, one measurement gives no interval to decide with."
         return (f"{head}: {INCONCLUSIVE}, the gap ({fmt(abs(a - b), unit)}) is inside the run's "
-                f"spread ({spread}).")
+                f"spread ({spread}, ±{fmt(math.hypot(spread_a, spread_b))} combined).")
     ratio = f"{name_a} is {a / b:.2f}x {name_b}" if b else f"{name_a} is above {name_b}"
     cover = f" (the spreads, {spread}, do not cover the gap)" if spread_a or spread_b else ""
     return f"{head}: {ratio}{cover}."
