@@ -19,11 +19,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SIZES = [1 << 10, 1 << 16, 1 << 20]
 
 
-def summary(times: dict, n: int = 2, pingpong=None, spread: float = 0.0, **extra) -> dict:
-    """A lab summary: times[alg] = [seconds per size]; each pass range is time .. time*(1+spread)."""
-    rows = [{"algorithm": a, "bytes": d, "time_s": t, "time_range_s": [t, t * (1 + spread)]}
+def _passes(t: float, spread: float, passes: int) -> list[float]:
+    """`passes` pass times spread evenly from t to t*(1+spread)."""
+    return [t * (1 + spread * k / max(1, passes - 1)) for k in range(passes)]
+
+
+def summary(times: dict, n: int = 2, pingpong=None, spread: float = 0.0, passes: int = 3, **extra) -> dict:
+    """A lab summary: times[alg] = [seconds per size]; `passes` passes from time to time*(1+spread)."""
+    rows = [{"algorithm": a, "bytes": d, "time_s": t, "time_range_s": [t, t * (1 + spread)],
+             "times_s": _passes(t, spread, passes)}
             for a, ts in times.items() for d, t in zip(SIZES, ts)]
-    pp = [{"bytes": d, "time_s": t} for d, t in zip(SIZES, pingpong or [])]
+    pp = [{"bytes": d, "time_s": t, "times_s": _passes(t, spread, passes)} for d, t in zip(SIZES, pingpong or [])]
     return {"world_size": n, "results": rows, "pingpong": pp, **extra}
 
 
@@ -52,13 +58,13 @@ def test_fit_findings_report_the_alpha_ratio_each_way():
     lines = F.fit_findings(big, cm.compare_fits(big))
     assert lines[0].startswith("the ring's minimax α-β fit is usable: within 0%")
     lines = lines[1:]
-    assert "the ring's fitted α 60 µs vs the ping-pong's α 20 µs: the ring's fitted α is 3.00x" in lines[0]
+    assert "the ring's α 60 µs vs the ping-pong's α 20 µs: the ring's α is 3.00x" in lines[0]
     # model lines drawn with the ring's alpha: above reduce_bcast's points, below recursive doubling's
     assert lines[1].startswith("reduce_bcast at 1 KiB") and "below it by" in lines[1]
     assert lines[2].startswith("recursive_doubling at 1 KiB") and "above it by" in lines[2]
     assert "ring: the model with the ring's minimax α, β is within 0% of the measured time" in lines[3]
     small = summary({"ring": modelled("ring", alpha=10e-6)}, pingpong=pp)
-    assert "the ring's fitted α is 0.50x the ping-pong's α" in F.fit_findings(small, cm.compare_fits(small))[1]
+    assert "the ring's α is 0.50x the ping-pong's α" in F.fit_findings(small, cm.compare_fits(small))[1]
     # ping-pong too fast to resolve alpha: say so rather than divide by zero
     flat = summary({"ring": modelled("ring")}, pingpong=[d * 1e-9 for d in SIZES])
     assert "not resolved" in F.fit_findings(flat, cm.compare_fits(flat))[1]
@@ -174,3 +180,34 @@ def test_hierarchical_verdict_follows_the_model():
     v = cm.hierarchical_verdict(16, 8, slow_out, (10e-6, 1 / 100e9))
     assert "the 2-D all-reduce is faster below D = " in v and v.endswith("the flat ring above it")
     assert cm.hierarchical_verdict(2, 2, (50e-6, 1e-9), (1e-6, 1e-9)).endswith("flat ring is faster at every size")
+
+
+# ---------------------------------------------------------------- the "±" is the CI of the mean over passes
+def _alternating(lo: float, hi: float, passes: int) -> dict:
+    return {"algorithm": "x", "bytes": SIZES[0], "time_s": lo, "time_range_s": [lo, hi],
+            "times_s": [lo if k % 2 else hi for k in range(passes)]}
+
+
+def test_the_spread_is_the_ci_of_the_mean_over_passes_and_shrinks_with_more_passes():
+    from dltutor.allreduce.sweep import pass_mean_ci
+    from dltutor.core import spread
+    few, many = _alternating(1e-3, 1.4e-3, 4), _alternating(1e-3, 1.4e-3, 20)
+    assert pass_mean_ci(few) == pytest.approx(spread.mean_and_ci(few["times_s"]))
+    assert pass_mean_ci(many)[1] < pass_mean_ci(few)[1] and pass_mean_ci(many)[1] < 0.2e-3   # half range: 0.2 ms
+    assert np.isnan(pass_mean_ci({"time_s": 1e-3, "times_s": [1e-3]})[1])   # one pass: no interval
+
+
+def test_a_gap_inside_the_half_range_is_decided_by_enough_passes():
+    def run(passes):
+        rows = []
+        for alg, lo in (("ring", 1.0e-3), ("gloo", 1.2e-3)):
+            rows.append(dict(_alternating(lo, lo + 0.4e-3, passes), algorithm=alg))
+        return {"world_size": 2, "results": rows}
+    assert INCONCLUSIVE in F.winner_findings(run(2))[0]
+    assert "fastest ring" in F.winner_findings(run(20))[0]       # half ranges (±0.2 ms each) would cover it
+
+
+def test_one_pass_gives_no_interval_and_decides_nothing():
+    s = summary({"ring": [1e-3, 2e-3, 3e-3], "gloo": [2e-3, 4e-3, 6e-3]}, passes=1)
+    lines = F.winner_findings(s)
+    assert all(INCONCLUSIVE in x and "no interval" in x for x in lines), lines

@@ -4,9 +4,12 @@ The rows are hand-made in the shape the notebook builds (`scaling.summarize` + `
 `findings.step_row`, `findings.overlap_table`), so a sentence that were hard-coded would fail one
 of the cases: A ahead, B ahead, and a gap inside the spread.
 """
+import math
+
 import pytest
 
-from dltutor.core.findings import INCONCLUSIVE
+from dltutor.core.findings import INCONCLUSIVE, half_range
+from dltutor.core.spread import mean_ci
 from dltutor.ddp import batch_reference, batch_report, findings
 from dltutor.ddp.scaling import scaling_table, summarize
 
@@ -31,10 +34,23 @@ def _table(t1, t2, t1_double):
     return scaling_table(rows)
 
 
-def test_summarize_spread_comes_from_the_step_times():
+def test_summarize_spread_is_the_95_ci_of_the_step_rates():
+    """Issue #42: the ± of a rate is the 95 % CI of the mean per-step img/s, not half their range:
+    more steps with the same variation shrink it; one step gives no interval (nan), never 0."""
     row = summarize(_metrics(2, 16, [100.0, 200.0]))
-    assert row["rate_spread"] == pytest.approx((320 - 160) / 2)
-    assert summarize(_metrics(2, 16, [100.0]))["rate_spread"] == 0.0
+    assert row["rate_spread"] == pytest.approx(mean_ci([320.0, 160.0]))
+    assert row["rate_spread"] != pytest.approx(half_range([320.0, 160.0]))
+    more = summarize(_metrics(2, 16, [100.0, 200.0] * 5))["rate_spread"]
+    assert more < row["rate_spread"] / 5
+    assert math.isnan(summarize(_metrics(2, 16, [100.0]))["rate_spread"])
+
+
+def test_one_timed_step_gives_no_interval_and_decides_nothing():
+    text = findings.scaling(_table([100], [200], [190]))
+    weak = next(s for s in text if s.startswith("weak"))
+    assert "efficiency 0.50 ± n/a" in weak and INCONCLUSIVE in weak and "no interval" in weak
+    row = findings.step_row("x", _metrics(2, 16, [100.0]))
+    assert math.isnan(row["spread_ms"])
 
 
 def test_scaling_efficiency_below_ideal():
@@ -114,7 +130,8 @@ def test_step_row_uses_the_slowest_rank():
     ms = _metrics(2, 16, [100.0, 110.0])
     ms[1] = {**ms[1], "step_times_ms": [200.0, 240.0]}
     row = findings.step_row("x", ms)
-    assert row["step_time_ms"] == 220.0 and row["spread_ms"] == 20.0 and row["timed_steps"] == 2
+    assert row["step_time_ms"] == 220.0 and row["timed_steps"] == 2
+    assert row["spread_ms"] == pytest.approx(mean_ci([200.0, 240.0])) == pytest.approx(254.1, abs=0.1)
 
 
 def _orows(label, fractions, comm=10.0):
@@ -127,17 +144,17 @@ def _orows(label, fractions, comm=10.0):
 def test_overlap_table_means_and_spread():
     t = findings.overlap_table(_orows("a", [0.2, 0.4, 0.6]) + _orows("b", [0.0, 0.0]))
     a, b = t
-    assert a["overlap_fraction"] == pytest.approx(0.4) and a["fraction_spread"] == pytest.approx(0.2)
+    assert a["overlap_fraction"] == pytest.approx(0.4) and a["fraction_spread"] == pytest.approx(mean_ci([0.2, 0.4, 0.6]))
     assert a["samples"] == 3 and b["overlap_fraction"] == 0.0
 
 
 def test_overlap_sentences_each_way():
     small_wins = findings.overlap(findings.overlap_table(
-        _orows("tiny buckets", [0.8, 0.9]) + _orows("default", [0.1, 0.2]) + _orows("no overlap", [0, 0])))
+        _orows("tiny buckets", [0.8, 0.85, 0.9]) + _orows("default", [0.1, 0.15, 0.2]) + _orows("no overlap", [0, 0])))
     assert "tiny buckets 0.85" in small_wins[0] and small_wins[1].startswith("tiny buckets (0.85")
     assert "tiny buckets hid a larger share of its all-reduce behind backward (+0.70)" in small_wins[1]
     default_wins = findings.overlap(findings.overlap_table(
-        _orows("tiny buckets", [0.1, 0.2]) + _orows("default", [0.8, 0.9]) + _orows("no overlap", [0, 0])))
+        _orows("tiny buckets", [0.1, 0.15, 0.2]) + _orows("default", [0.8, 0.85, 0.9]) + _orows("no overlap", [0, 0])))
     assert default_wins[1].startswith("default (0.85") and "default hid a larger share of its all-reduce behind backward (+0.70)" in default_wins[1]
     tie = findings.overlap(findings.overlap_table(
         _orows("tiny buckets", [0.2, 0.8]) + _orows("default", [0.3, 0.7]) + _orows("no overlap", [0, 0])))
@@ -224,3 +241,29 @@ def test_describe_tells_under_training_from_a_generalization_gap():
     assert "-20.0 points" in under and "-15.1 points on the test" in under and "under-training" in under
     general = batch_report.describe(_gap_rows(0.90, 0.89), fast=False)[2]
     assert "a generalization gap." in general and "under-training" not in general
+
+
+def test_notebook_02_and_its_plots_say_the_pm_is_a_95_ci():
+    """Issue #42: notebook 02 prints what ± is where its first ± column appears, calls it nowhere a
+    half range, and its compared rates and step times are drawn as mean ± 95 % CI error bars."""
+    from pathlib import Path
+
+    import matplotlib
+    import nbformat
+    matplotlib.use("Agg")
+    from matplotlib.container import ErrorbarContainer
+
+    from dltutor.ddp import plots
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "course/notebooks/02_ddp_multi_gpu.ipynb", 4)
+    srcs = [c.source for c in nb.cells]
+    first = next(i for i, s in enumerate(srcs) if "rate_spread" in s or "±" in s)
+    assert "print(SPREAD_NOTE)" in srcs[first]
+    text = " ".join(" ".join(s.split()) for s in srcs)
+    assert "half the min-max" not in text and "half range" not in text
+    table = _table([100, 110, 105], [200, 220, 210], [190, 200, 195])
+    fig = plots.plot_scaling(table)
+    ax_p, ax_e = fig.axes[:2]
+    assert any(isinstance(c, ErrorbarContainer) for c in ax_p.containers) and "95 % CI" in ax_p.get_ylabel()
+    assert any(isinstance(c, ErrorbarContainer) for c in ax_e.containers)
+    steps = plots.plot_step_times(_brows((100, 2), (130, math.nan), (120, 2)))
+    assert "95 % CI" in steps.axes[0].get_xlabel()       # a run without an interval draws no bar

@@ -15,14 +15,15 @@ def full_mode(monkeypatch):
 
 
 def row(engine, workers, total, conf_per_worker):
+    """A run whose total img/s has a 95 % CI of workers x `conf_per_worker` (`runs.iteration_ci`)."""
     return {"engine": engine, "workers": workers, "total_img_sec": total,
-            "img_sec_per_worker": total / workers, "img_sec_conf": conf_per_worker}
+            "img_sec_per_worker": total / workers, "total_img_sec_ci": workers * conf_per_worker}
 
 
 def test_engines_horovod_wins_ddp_wins_or_inconclusive():
     fast_hvd = hf.engines([row("horovod", 2, 100.0, 1.0)], [row("ddp", 2, 80.0, 1.0)])
     assert fast_hvd == ["2 workers: Horovod 100 img/s vs DDP 80 img/s: Horovod is 1.25x DDP "
-                        "(the spreads, ±2 and ±2, do not cover the gap)."]
+                        "(their 95 % intervals, ±2 and ±2, do not cover the gap)."]
     slow_hvd = hf.engines([row("horovod", 2, 60.0, 1.0)], [row("ddp", 2, 80.0, 1.0)])
     assert "Horovod is 0.75x DDP" in slow_hvd[0]
     noisy = hf.engines([row("horovod", 2, 78.0, 5.0)], [row("ddp", 2, 80.0, 5.0)])
@@ -98,7 +99,8 @@ def test_timeline_shares_are_wall_clock_and_negotiation_is_waiting():
 
 
 def _lab(step_s=0.1, conf=1.0):
-    return {"workers": 2, "step_time_s": step_s, "img_sec_conf": conf, "img_sec_per_worker": 10.0,
+    return {"workers": 2, "step_time_s": step_s, "step_time_ci_s": step_s * conf / 10.0,
+            "img_sec_per_worker": 10.0,
             "fusion_threshold_bytes": 32 * 2 ** 20, "cycle_time_ms": 50.0, "run": "horovod 2"}
 
 
@@ -146,3 +148,41 @@ def test_notebook_03_reads_the_dark_bars_and_the_negotiation_right():
     assert "hvd_findings.reruns(fusion, cycle, two)" in code
     assert "hvd_findings.timeline(totals, wall)" in code and "cycle, totals, wall)" in code
     assert "what negotiation, fusion and the all-reduce cost" not in md and "not that the messages were slow" in md
+
+
+def test_the_run_s_interval_is_the_95_ci_of_its_iterations_not_the_benchmark_sigma():
+    """Issue #42: a row's ± is the 95 % CI of the mean total img/s over the timed iterations (the
+    ranks' rates of each iteration summed): more iterations with the same variation shrink it, the
+    benchmark's 1.96 sigma of single iterations would not; one iteration gives none (nan), and the
+    findings then say inconclusive instead of deciding."""
+    import math
+
+    from dltutor.core.spread import mean_ci
+    from dltutor.horovod.runs import iteration_ci
+
+    def metrics(iters):
+        return [{"img_sec": iters, "step_time_s": 0.5}, {"img_sec": [2 * r for r in iters], "step_time_s": 0.4}]
+    got = iteration_ci(metrics([10.0, 12.0, 11.0]))
+    assert got["total_img_sec_ci"] == pytest.approx(mean_ci([30.0, 36.0, 33.0]))
+    assert got["step_time_ci_s"] == pytest.approx(0.5 * got["total_img_sec_ci"] / 33.0)
+    more = iteration_ci(metrics([10.0, 12.0, 11.0] * 4))["total_img_sec_ci"]
+    assert more < got["total_img_sec_ci"] / 3
+    one = iteration_ci(metrics([10.0]))
+    assert math.isnan(one["total_img_sec_ci"]) and math.isnan(one["step_time_ci_s"])
+    lone = [row("horovod", 2, 100.0, math.nan), row("horovod", 1, 50.0, math.nan)]
+    said = hf.scaling(lone)
+    assert INCONCLUSIVE in said[0] and "no interval" in said[0]
+    assert INCONCLUSIVE in said[1] and "no interval" in said[1] and "below it by" not in said[1]
+    assert INCONCLUSIVE in hf.engines([row("horovod", 2, 100.0, math.nan)], [row("ddp", 2, 50.0, 1.0)])[0]
+
+
+def test_notebook_03_explains_its_pm_and_shows_the_ci_not_the_sigma():
+    from pathlib import Path
+
+    import nbformat
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "course/notebooks/03_horovod_synthetic_resnet50.ipynb",
+                       as_version=4)
+    text = " ".join(" ".join(c.source.split()) for c in nb.cells)
+    assert "95 % confidence interval of a run's mean img/s" in text
+    assert '"img_sec_conf"' not in text and "1.96-sigma" not in text
+    assert text.count('err="total_img_sec_ci"') == 2

@@ -208,11 +208,11 @@ def test_sweep_setting_passes_each_value_and_adds_the_run_already_made(monkeypat
     def fake_run(engine, nproc, args, env=None, timeout=0, echo=True, label=None):
         seen.append((engine, nproc, dict(env)))
         cycle = float(env["HOROVOD_CYCLE_TIME"])
-        return {"cycle_time_ms": cycle, "step_time_s": cycle / 100, "img_sec_conf": 1.0,
+        return {"cycle_time_ms": cycle, "step_time_s": cycle / 100, "step_time_ci_s": 0.001,
                 "img_sec_per_worker": 10.0, "run": "x"}
 
     monkeypatch.setattr(runs, "run_benchmark", fake_run)
-    done = {"cycle_time_ms": 50.0, "step_time_s": 0.2, "img_sec_conf": 2.0,
+    done = {"cycle_time_ms": 50.0, "step_time_s": 0.2, "step_time_ci_s": 0.04,
             "img_sec_per_worker": 10.0, "run": "horovod x2"}
     out = runs.sweep_setting("HOROVOD_CYCLE_TIME", [10, 1], ["--tiny"], done=done)
     assert seen == [("horovod", 2, {"HOROVOD_CYCLE_TIME": "10"}),
@@ -220,7 +220,7 @@ def test_sweep_setting_passes_each_value_and_adds_the_run_already_made(monkeypat
     assert [(v, t, run) for v, t, _, run in out] == [
         (1.0, 0.01, "HOROVOD_CYCLE_TIME=1"), (10.0, 0.1, "HOROVOD_CYCLE_TIME=10"),
         (50.0, 0.2, "horovod x2 (run above)")]
-    assert out[2][2] == pytest.approx(0.2 * 2.0 / 10.0)       # the spread, in seconds per step
+    assert out[2][2] == pytest.approx(0.04)       # the run's 95 % CI, in seconds per step
     assert len(runs.sweep_setting("HOROVOD_CYCLE_TIME", [50], [], done=done)) == 1
 
 
@@ -235,7 +235,8 @@ def test_setting_sweeps_plot_marks_the_labs_values_and_ddp(capsys):
                                      {"step_time_s": 0.38}, "test")
     assert fig._suptitle.get_text().startswith("Horovod, 3 workers,")   # from the row, not fixed
     out = capsys.readouterr().out
-    assert "HOROVOD_FUSION_THRESHOLD   32 MiB:  0.400 +-0.050" in out and "50 ms" in out
+    assert "HOROVOD_FUSION_THRESHOLD   32 MiB:  0.400 +-0.050 s/step (95 % CI)" in out and "50 ms" in out
+    assert "95 % CI" in fig._suptitle.get_text() and "sigma" not in fig._suptitle.get_text()
     for ax, dark in zip(fig.axes, ("32 MiB", "50 ms")):
         bars = {t.get_text(): b for t, b in zip(ax.get_xticklabels(), ax.patches)}
         assert bars[dark].get_facecolor() != next(b for k, b in bars.items()

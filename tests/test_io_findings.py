@@ -2,8 +2,11 @@
 (A ahead, B ahead, inside the spread), and the spreads come from the run's own batches and steps."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from dltutor.core import spread
 from dltutor.core.findings import INCONCLUSIVE
 from dltutor.io import findings as F
 from dltutor.io import measure, starve
@@ -21,19 +24,22 @@ def _reads(files_cold, shards_cold, spread=1.0):
             _read("memmap", "cold", 9000, spread), _read("memmap", "warm", 10000, spread)]
 
 
-def test_spreads_come_from_the_run():
-    assert measure.mean_spread([1.0]) == 0.0
-    assert measure.mean_spread([1.0, 3.0]) == pytest.approx(1.96 * 2 ** 0.5 / 2 ** 0.5)
-    assert measure.rate_spread(100.0, [0.1]) == 100.0          # one gap: cannot tell anything
+def test_spreads_are_the_ci_of_the_mean_from_the_run():
+    assert math.isnan(measure.rate_spread(100.0, [0.1]))         # one gap: no interval, never ± 0
     assert measure.rate_spread(100.0, [0.1, 0.1, 0.1]) == pytest.approx(0.0, abs=1e-9)  # steady batches
+    gaps = [0.1, 0.3]
+    assert measure.rate_spread(100.0, gaps) == pytest.approx(100.0 * spread.mean_ci(gaps) / 0.2)
+    assert measure.rate_spread(100.0, gaps * 10) < measure.rate_spread(100.0, gaps) / 4   # more batches: narrower
     rows = [{"wait_s": 9.0, "compute_s": 1.0}] + [{"wait_s": w, "compute_s": 1.0} for w in (1.0, 3.0)]
-    assert starve.share_spread(rows) == pytest.approx(measure.mean_spread([0.5, 0.75]))
+    assert starve.share_spread(rows) == pytest.approx(spread.mean_ci([0.5, 0.75]))   # Student t, step 0 out
+    assert starve.wait_ms_spread(rows) == pytest.approx(spread.mean_ci([1e3, 3e3]))
+    assert math.isnan(starve.share_spread(rows[:2]))                # one steady step: no interval
 
 
 def test_formats_cold_shards_vs_files_each_way():
     ahead = F.formats(_reads(files_cold=500, shards_cold=1500))
     assert ahead[0] == ("Cold: shards 1,500 samples/s vs small files 500 samples/s: shards is 3.00x small "
-                        "files (the spreads, ±1 and ±1, do not cover the gap).")
+                        "files (their 95 % intervals, ±1 and ±1, do not cover the gap).")
     behind = F.formats(_reads(files_cold=1500, shards_cold=500))
     assert "shards is 0.33x small files" in behind[0]
     tie = F.formats(_reads(files_cold=1000, shards_cold=1100, spread=80))
@@ -169,7 +175,7 @@ def test_repeats_show_the_noise_between_passes():
                              "4,464 samples/s. The passes lie up to 3,057 samples/s (68%) apart")
     assert "is not an effect here" in out[0]
     agree = F.repeats([_pass(1000, 1.0, 50), _pass(1050, 1.1, 50)])[0]
-    assert agree.endswith("the passes agree within their spreads.")
+    assert agree.endswith("the passes agree within their intervals.")
     assert F.repeats([_pass(1000, 1.0, 50)])[0].startswith("No configuration was read more than once")
 
 
@@ -194,3 +200,17 @@ def test_wait_is_compared_in_ms_not_only_as_a_share():
     both = next(s for s in out if s.startswith("files/w0, light vs heavy: wait per step 7 ms vs 16 ms (0.438x)"))
     assert "the shares alone would misread the pipeline" in both
     assert "same model" not in both
+
+
+def test_a_pass_without_an_interval_decides_nothing():
+    out = F.formats(_reads(files_cold=1000, shards_cold=3000, spread=float("nan")))
+    assert INCONCLUSIVE in out[0] and "no interval" in out[0]
+    rep = F.repeats([_pass(1000, 1.0, float("nan")), _pass(3000, 0.4, 10)])[0]
+    assert INCONCLUSIVE in rep and "agree" not in rep and "not an effect" not in rep
+
+
+def test_mean_over_ranks_combines_the_rank_intervals():
+    # two ranks ±40 each: the mean's ± is sqrt(40² + 40²) / 2 = 28.3, not the larger 40 (gap 50 > 40 combined; < 56.6)
+    out = F.sharding([_rank(0, "file-level shards", 1000, spread=40), _rank(1, "file-level shards", 1000, spread=40),
+                      _rank(0, "DistributedSampler", 950, spread=40), _rank(1, "DistributedSampler", 950, spread=40)])
+    assert "file-level shards (shards) is 1.05x DistributedSampler (shards)" in out[2], out[2]

@@ -3,8 +3,11 @@ every sentence follows the numbers each way (one side wins, the other, inside th
 every row/bar says whether it was measured, derived or only computed from a formula."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from dltutor.core import spread
 from dltutor.core.findings import INCONCLUSIVE
 from dltutor.model_parallel import findings as F
 from dltutor.model_parallel import runs
@@ -59,13 +62,14 @@ def test_in_flight_says_when_1f1b_held_as_many_as_gpipe():
     assert "gpipe held 1 at m=1, 1 at m=2 (not always m)" in line and "(not always min(m, p))" in line
 
 
-def _tp_row(err=1e-7, ours="1/1", torch_="1/1", bytes_each=4096, formula=4096, split=(3.0, 3.5),
-            whole=(1.0, 1.5)):
+def _tp_row(err=1e-7, ours="1/1", torch_="1/1", bytes_each=4096, formula=4096, split=(3.0, 0.5),
+            whole=(1.0, 0.5)):
+    """A TP table row; split and whole are (mean ms, ± 95 % CI)."""
     return {"ranks": 2, "block": "attention", "out err": err, "grad err": err / 2, "DTensor err": 0.0,
             "ours vs DTensor": 0.0, "all-reduces fwd/bwd": ours, "DTensor fwd/bwd": torch_,
             "bytes each": bytes_each, "formula bytes": formula, "params/rank": 50, "params whole": 100,
-            "ms whole": whole[0], "ms split": split[0], "slowest whole": whole[1],
-            "slowest split": split[1], "runs": 10}
+            "ms whole": whole[0], "ms split": split[0], "± whole": whole[1],
+            "± split": split[1], "runs": 10}
 
 
 def test_tp_findings_follow_the_errors_and_counts():
@@ -73,9 +77,8 @@ def test_tp_findings_follow_the_errors_and_counts():
     assert "below the fp32 tolerance 1e-05" in good[0]
     assert "made 1/1 all-reduces (fwd/bwd), one per direction" in good[1]
     assert "DTensor plan made 1/3, a different count" in good[1] and ", equal to tokens" in good[1]
-    assert good[2].startswith("attention on 2 ranks: split 3 ms vs whole 1 ms, the fastest of 10 "
-                              "alternated runs each (slowest 3.5 and 1.5 ms): split is 3.00x whole, every "
-                              "split run slower than every whole run.")
+    assert good[2] == ("attention on 2 ranks, mean of 10 alternated runs each: split 3 ms vs whole 1 ms: "
+                       "split is 3.00x whole (their 95 % intervals, ±0.5 and ±0.5, do not cover the gap).")
     assert good[3].startswith("Wherever decided, the split was slower")
     bad = F.tp([_tp_row(err=1e-3, ours="2/1", bytes_each=8192)])
     assert "ABOVE the fp32 tolerance" in bad[0]
@@ -99,9 +102,22 @@ PP_REPORT = {"world_size": 2, "mb_size": 4, "d_model": 8, "work": "SLEEP stand-i
      "stages": 2, "step_s": 0.1, "in_flight": [m, 1]} for m, b in ((1, 0.5), (4, 0.25))]}
 
 
-def test_bubble_rows_carry_the_spread_of_the_steps():
+def test_bubble_rows_carry_the_ci_of_the_mean_over_the_steps():
     rows = runs.bubble_rows(PP_REPORT)
-    assert [r["spread"] for r in rows] == pytest.approx([0.02, 0.02])
+    assert [r["measured"] for r in rows] == pytest.approx([0.51, 0.26])        # the mean of the steps
+    assert [r["spread"] for r in rows] == pytest.approx([spread.mean_ci([0.0, 0.04])] * 2)   # not 0.02
+
+
+def test_more_steps_shrink_the_bubble_spread_and_one_step_decides_nothing():
+    def rows(bubbles):
+        return runs.bubble_rows({"runs": [{"schedule": "gpipe", "m": 4, "bubble": 0.3, "bubbles": bubbles,
+                                           "formula": bubble_formula(2, 4), "stages": 2, "step_s": 0.1,
+                                           "in_flight": [4, 1]}]})
+    few, many = rows([0.28, 0.32] * 2), rows([0.28, 0.32] * 10)
+    assert many[0]["spread"] < few[0]["spread"] and many[0]["spread"] < 0.02   # half range stays 0.02
+    one = rows([0.3])
+    assert math.isnan(one[0]["spread"])
+    assert F.bubble(one)[-1].endswith(f"{INCONCLUSIVE}, one timed step gives no interval.")
 
 
 def test_every_bytes_row_and_strategy_row_says_its_kind():
@@ -128,22 +144,26 @@ def test_bytes_plot_hatches_each_bar_by_kind():
 
 
 # ---------------------------------------------------------------- issue 42: what the run showed
-def test_tp_timings_say_fastest_of_n_and_decide_only_without_overlap():
-    faster = F.timings([_tp_row(split=(72.5, 80.0), whole=(139.0, 150.0))])
-    assert "the fastest of 10 alternated runs each" in faster[0] and "one mean" not in " ".join(faster)
-    assert "split is 0.52x whole, every split run faster than every whole run" in faster[0]
+def test_tp_timings_compare_means_of_n_runs_and_decide_only_beyond_their_intervals():
+    faster = F.timings([_tp_row(split=(72.5, 5.0), whole=(139.0, 8.0))])
+    assert "mean of 10 alternated runs each" in faster[0] and "fastest" not in " ".join(faster)
+    assert "split is 0.52x whole" in faster[0]
     assert faster[1].startswith("Wherever decided, the split was faster") and "did not dominate" in faster[1]
     assert "latency" not in " ".join(faster)
-    overlap = F.timings([_tp_row(split=(72.5, 140.0), whole=(139.0, 150.0))])
-    assert overlap[0].endswith(f"the runs overlap, {INCONCLUSIVE}.") and len(overlap) == 1
+    overlap = F.timings([_tp_row(split=(72.5, 50.0), whole=(139.0, 50.0))])
+    assert INCONCLUSIVE in overlap[0] and len(overlap) == 1
+    one = F.timings([_tp_row(split=(72.5, float("nan")), whole=(139.0, float("nan")))])
+    assert "no interval" in one[0] and len(one) == 1          # one run each: nothing decided
 
 
-def test_tp_rows_keep_fastest_and_slowest_of_the_lab_runs():
+def test_tp_rows_give_the_mean_and_ci_of_the_lab_runs():
     block = dict(TP_REPORT["blocks"][0], out_err=0.0, grad_err=0.0, dtensor_out_err=0.0, dtensor_grad_err=0.0,
                  scratch_vs_dtensor_err=0.0, dtensor_collectives={"forward": 1, "backward": 1},
                  formula_bytes=1024, ms_whole_runs=[1.0, 4.0, 2.0], ms_split_runs=[2.0, 3.0], timed_runs=3)
     row = runs.tp_rows({"world_size": 2, "blocks": [block]})[0]
-    assert (row["slowest whole"], row["slowest split"], row["runs"]) == (4.0, 3.0, 3)
+    assert (row["ms whole"], row["ms split"], row["runs"]) == pytest.approx((7 / 3, 2.5, 3))
+    assert row["± whole"] == pytest.approx(spread.mean_ci([1.0, 4.0, 2.0]))     # not half of 1..4
+    assert row["± split"] == pytest.approx(spread.mean_ci([2.0, 3.0]))
 
 
 def test_lab_alternates_whole_and_split_runs():

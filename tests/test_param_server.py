@@ -3,12 +3,15 @@ average; the staleness simulation is plain SGD at tau = 0 and worse with delay; 
 sentences follow the numbers each way."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from dltutor.allreduce import async_sgd as A
 from dltutor.allreduce import param_server as PS
 from dltutor.core import findings as F
+from dltutor.core import spread
 
 
 # ---------------------------------------------------------------- parameter server on gloo
@@ -33,7 +36,8 @@ def test_parameter_server_equals_ring_average_on_three_gloo_ranks():
 def test_rows_put_the_cost_model_beside_the_measurement():
     d, alpha, beta = 4000, 1e-4, 1e-9
     summary = {"alpha_s": alpha, "beta_s_per_byte": beta, "numel": d // 4, "world_size": 5,
-               "results": [{"form": f, "workers": w, "time_s": 1e-3, "time_range_s": [1e-3, 3e-3]}
+               "results": [{"form": f, "workers": w, "time_s": 1e-3, "time_range_s": [1e-3, 3e-3],
+                            "times_s": [1e-3, 3e-3, 2e-3]}
                            for w in (2, 4) for f in PS.FORMS]}
     by = {(r["form"], r["workers"]): r for r in PS.rows(summary)}
     for w in (2, 4):
@@ -42,7 +46,8 @@ def test_rows_put_the_cost_model_beside_the_measurement():
         assert by[("ring", w)]["model_ms"] == pytest.approx(1e3 * ring)
         assert by[("ps", w)]["bytes_sent_by_busiest_rank"] == w * d       # the server: W·D out (and in)
         assert by[("ring", w)]["bytes_sent_by_busiest_rank"] == pytest.approx(2 * (w - 1) / w * d)
-        assert by[("ps", w)]["spread_ms"] == pytest.approx(1.0)                 # half of 1..3 ms
+        assert by[("ps", w)]["measured_ms"] == pytest.approx(2.0)               # the mean of the passes
+        assert by[("ps", w)]["spread_ms"] == pytest.approx(1e3 * spread.mean_ci([1e-3, 3e-3, 2e-3]))  # not half of 1..3
     text = PS.table(PS.rows(summary))
     assert "α-β model ms" in text and "16,000" in text      # the server's W·D at W = 4, D = 4000 B
 
@@ -123,12 +128,18 @@ def test_more_staleness_is_worse_on_a_deterministic_quadratic():
     assert losses[0] < losses[1] < losses[2], losses
 
 
-def test_final_rows_spread_is_seeds_range_or_sampling_width():
+def test_final_rows_spread_is_the_ci_over_seeds_with_the_sampling_width():
     curves = [{"tau": t, "seed": s, "updates": [0, 10], "test_acc": [0.1, a], "test_loss": [2.3, 1.0]}
               for t, s, a in ((0, 0, 0.80), (0, 1, 0.90), (4, 0, 0.50), (4, 1, 0.51))]
     rows = A.final_rows({"curves": curves, "n_test": 1000})
-    assert rows[0]["test_acc"] == pytest.approx(0.85) and rows[0]["spread"] == pytest.approx(0.05)
-    assert rows[1]["spread"] == pytest.approx(F.accuracy_halfwidth(0.505, 1000))
+    assert rows[0]["test_acc"] == pytest.approx(0.85)
+    assert rows[0]["spread"] == pytest.approx(spread.combined(spread.mean_ci([0.8, 0.9]),    # not half the range
+                                                              F.accuracy_halfwidth(0.85, 1000)))
+    assert rows[1]["spread"] == pytest.approx(spread.combined(spread.mean_ci([0.5, 0.51]),
+                                                              F.accuracy_halfwidth(0.505, 1000)))
+    one = A.final_rows({"curves": [c for c in curves if c["seed"] == 0], "n_test": 1000})
+    assert all(math.isnan(r["spread"]) for r in one)                       # one seed: no interval
+    assert F.INCONCLUSIVE in A.findings(one)[1] and "one seed gives no interval" in A.findings(one)[1]
     assert "final test accuracy" in A.table(rows) and "0.850" in A.table(rows)
 
 
@@ -176,3 +187,19 @@ def test_load_gives_fashion_mnist_as_784_features():
     assert label == "Fashion-MNIST" and x.shape == (50, 784) and xt.shape == (20, 784)
     assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0 and float(x.max()) > 0.5
     assert set(y.tolist()) <= set(range(10)) and len(yt) == 20
+
+
+def test_growth_with_w_combines_the_two_intervals_in_quadrature_not_by_sum():
+    # growth 0.5 ms vs 0.2 ms; each growth's ± is two row intervals (±0.11) in quadrature (0.156);
+    # summed (0.22 each) the gap 0.3 would fall inside them
+    lines = PS.findings(_table(ps=[1.0, 1.2, 1.5], ring=[1.0, 1.1, 1.2], spread=0.11))
+    assert "the parameter server's grew more" in lines[-1], lines[-1]
+
+
+def test_one_pass_gives_no_interval_in_the_table():
+    summary = {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9, "numel": 1000, "world_size": 3,
+               "results": [{"form": f, "workers": 2, "time_s": 1e-3, "time_range_s": [1e-3, 1e-3],
+                            "times_s": [1e-3]} for f in PS.FORMS]}
+    rows = PS.rows(summary)
+    assert all(math.isnan(r["spread_ms"]) for r in rows)
+    assert F.INCONCLUSIVE in PS.findings(rows)[-1] and "no interval" in PS.findings(rows)[-1]

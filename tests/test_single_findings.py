@@ -2,10 +2,13 @@
 or the spreads cover the gap and it says so), and the throughput's spread is measured."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from dltutor.core.findings import INCONCLUSIVE, accuracy_halfwidth, half_range
+from dltutor.core.spread import mean_ci
 from dltutor.single import findings as sf
 from dltutor.single import models, speed
 from dltutor.single.train import History
@@ -78,18 +81,46 @@ def test_batch_sizes_each_way_and_without_spreads():
     assert INCONCLUSIVE in tie[1]
     bare = sf.batch_sizes({16: 300.0, 64: 200.0})
     assert "no spread" in bare[-1]
+    assert INCONCLUSIVE in bare[1] and "no interval" in bare[1]     # no ± is not a ± of 0
 
 
-def test_measure_throughput_reports_the_spread_of_its_chunks():
-    assert half_range([10.0, 14.0, 12.0]) == 2.0 and half_range([5.0]) == 0.0
-    torch.manual_seed(0)
+def test_measure_throughput_reports_the_95_ci_of_its_chunks(monkeypatch):
+    """Issue #42: the ± is the 95 % CI of the mean chunk rate (`core.spread.mean_ci`), not half the
+    range of the chunks. A fake clock makes the 4 chunks take 1, 2, 1, 2 s: rates 4, 2, 4, 2 img/s,
+    half range 1.0, 95 % CI t(0.975, 3) x s / 2 = 1.84."""
+    ticks = iter([0.0, 1.0, 3.0, 4.0, 6.0, 6.0])
+    monkeypatch.setattr(speed.time, "perf_counter", lambda: next(ticks))
     batches = [(torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,)))]
-    got = speed.measure_throughput(models.cifar_resnet(width=4, blocks=(1, 1)), batches, steps=3,
+    got = speed.measure_throughput(models.cifar_resnet(width=4, blocks=(1, 1)), batches, steps=4,
                                    warmup=1, device="cpu")
-    assert got["images"] == 12 and got["spread"] > 0
+    assert got["images"] == 16 and got["img_per_s"] == pytest.approx(16 / 6)
+    assert got["spread"] == pytest.approx(mean_ci([4.0, 2.0, 4.0, 2.0])) == pytest.approx(1.837, abs=1e-3)
+    assert got["spread"] != pytest.approx(half_range([4.0, 2.0, 4.0, 2.0]))
     table = speed.speed_table([{"variant": "v", "img_per_s": got["img_per_s"], "spread": got["spread"],
                                 "speedup": 1.0, "status": "ok"}])
-    assert "± (half range)" in table
+    assert "± (95 % CI)" in table and "half range" not in table
+
+
+def test_more_chunks_shrink_the_ci_and_one_chunk_gives_none(monkeypatch):
+    """The same per-chunk variation over more chunks narrows the ± (a half range would not); a
+    single chunk has no interval (nan) and its comparison says so instead of deciding."""
+    def spread_of(durations):
+        clock = [0.0]
+        for d in durations:
+            clock.append(clock[-1] + d)
+        ticks = iter(clock + [clock[-1]])
+        monkeypatch.setattr(speed.time, "perf_counter", lambda: next(ticks))
+        batches = [(torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,)))]
+        return speed.measure_throughput(models.cifar_resnet(width=4, blocks=(1, 1)), batches,
+                                        steps=len(durations), warmup=0, device="cpu")["spread"]
+    few, many = spread_of([1.0, 2.0]), spread_of([1.0, 2.0, 1.0, 2.0, 1.0])
+    assert many < few / 3
+    one = spread_of([1.0])
+    assert math.isnan(one)
+    line = sf.speed(rows(100.0, 300.0, 200.0, 250.0, spread=math.nan))
+    assert all(INCONCLUSIVE in s and "no interval" in s for s in line[1:4])
+    no_key = [{k: v for k, v in r.items() if k != "spread"} for r in rows(100.0, 300.0, 200.0, 250.0)]
+    assert INCONCLUSIVE in sf.bottleneck(no_key)     # a row without a ± is never read as ± 0
 
 
 def test_notebook_01_prints_each_finding():
@@ -113,7 +144,7 @@ def test_bottleneck_says_which_case_this_run_was_in_from_its_rows():
     pipeline = sf.bottleneck(rows(100.0, 1796.0, 900.0, 950.0))    # 2 workers 17.96x: as seen on a CPU
     assert pipeline.startswith("Bottleneck in this run: the input pipeline.")
     assert "DataLoader, 2 workers (17.96x) and data on device (9.00x) beat DataLoader, 0 workers" in pipeline
-    compute = sf.bottleneck(rows(300.0, 150.0, 298.0, 290.0))
+    compute = sf.bottleneck(rows(300.0, 150.0, 299.0, 290.0))   # gap 1 < 1.41 combined
     assert compute.startswith("Bottleneck in this run: the model's compute.")
     assert "DataLoader, 2 workers (0.50x) fell behind" in compute and "competed" in compute
     assert "data on device" not in compute                          # inside the spreads: not named
@@ -136,3 +167,20 @@ def test_notebook_01_says_what_it_did_not_measure_and_what_is_a_heuristic():
     assert "has to grow with the batch size" not in text
     assert "linear scaling rule* (Goyal et al., 2017)" in text and "rule of thumb" in text
     assert "that this run did not decide it" in text
+
+
+def test_notebook_01_says_what_pm_means_where_the_student_first_meets_it():
+    """Issue #42: the speed table (cell "What to look for") is where the course first shows "±": it
+    says there that ± is the 95 % CI of the mean, and no cell calls it a half range any more."""
+    from pathlib import Path
+
+    import nbformat
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "course/notebooks/01_single_gpu_cifar10.ipynb",
+                       as_version=4)
+    srcs = [" ".join(c.source.split()) for c in nb.cells]
+    first = next(i for i, s in enumerate(srcs) if "±" in s)
+    assert srcs[first].startswith("**What to look for.**")
+    assert 'What "±" means' in srcs[first] and "95 % confidence interval" in srcs[first]
+    assert "not how much one piece varies" in srcs[first]
+    text = " ".join(srcs)
+    assert "half the range" not in text and "half range" not in text and "min-max" not in text

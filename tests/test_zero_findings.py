@@ -117,7 +117,7 @@ def test_speed_findings_each_way_and_inconclusive():
     noisy = findings.speed_findings([base, _row("zero3", 1, 1, sps=9.0, spread=2.0)])[0]
     assert INCONCLUSIVE in noisy
     single = findings.speed_findings([base, _row("zero3", 1, 1, sps=5.0, spread=None)])[0]
-    assert "no spread" in single
+    assert INCONCLUSIVE in single and "x stage 0" not in single    # one step decides nothing
 
 
 def test_fsdp_findings_agree_or_differ_by_the_losses():
@@ -255,12 +255,28 @@ def test_usage_note_reports_what_the_process_held(monkeypatch):
     assert note in bert_lab.oom_line("iteration 0", MemoryError("out of memory"))
 
 
-def test_rate_spread_is_half_the_range_of_per_step_rates():
-    # 4 samples per step; steps of 1 s and 2 s: rates 4 and 2 samples/s, mean rate 8/3
-    assert runs.rate_spread(8 / 3, [1.0, 2.0]) == pytest.approx(1.0)
-    assert runs.rate_spread(8 / 3, [1.0]) is None and runs.rate_spread(None, [1.0, 2.0]) is None
-    row = runs.row_of(dict(samples_per_s=4.0, step_s=[1.0, 1.0]), "zero0", 2)
-    assert row["samples_per_s_spread"] == 0.0
+def test_rate_spread_is_the_95_ci_of_the_steady_per_step_rates():
+    """Issue #42: the ± of samples/s is the 95 % CI of the mean per-step rate, the first timed step
+    (it also runs the memory meter) left out; not half the range: more steps shrink it."""
+    import math
+
+    from dltutor.core.findings import half_range
+    from dltutor.core.spread import mean_ci
+    # 4 samples per step; the meter step takes 5 s, then steps of 1 s and 2 s: rates 4 and 2
+    steps = [5.0, 1.0, 2.0]
+    mean, ci = runs.rate_spread(12 / 8, steps)
+    assert mean == pytest.approx(3.0) and ci == pytest.approx(mean_ci([4.0, 2.0]))
+    assert ci != pytest.approx(half_range([4.0, 2.0]))
+    more = runs.rate_spread(4 * 9 / 20, [5.0] + [1.0, 2.0] * 5)[1]
+    assert more < ci / 5
+    lone = runs.rate_spread(8 / 6, [5.0, 1.0])       # one steady step: no interval, never ± 0
+    assert lone[0] == pytest.approx(4.0) and math.isnan(lone[1])
+    assert runs.rate_spread(None, [1.0, 2.0]) == (None, pytest.approx(math.nan, nan_ok=True))
+    row = runs.row_of(dict(samples_per_s=4.0, step_s=[1.0, 1.0, 1.0]), "zero0", 2)
+    assert row["samples_per_s_spread"] == 0.0 and row["samples_per_s_lab"] == 4.0
+    said = findings.speed_findings([_row("zero0", 1, 1, sps=10.0, spread=math.nan),
+                                    _row("zero3", 1, 1, sps=1.0, spread=0.1)])
+    assert INCONCLUSIVE in said[0] and "no interval" in said[0]
 
 
 # ------------------------------------------------------------------ the notebook prints them
@@ -291,3 +307,19 @@ def test_swap_files_are_split_by_what_deepspeed_wrote_into_them(tmp_path):
         files.append(tmp_path / name)
     assert zruns.swap_kinds(files) == ("1 of them (2 MiB) fp32 gradients of swapped parameters, "
                                        "2 parameters and Adam's state")
+
+
+def test_notebook_04_says_what_pm_is_and_the_speed_plot_draws_it():
+    import math
+
+    import matplotlib
+    matplotlib.use("Agg")
+    from dltutor.zero import plots
+    code, md = " ".join(_cells("code")), " ".join(" ".join(s.split()) for s in _cells("markdown"))
+    assert "print(SPREAD_NOTE)" in code and "half the range" not in md
+    assert "95 % confidence interval" in md
+    rows = [dict(_row("zero0", 1, 1, sps=10.0, spread=1.0), ranks=2),
+            dict(_row("zero3", 1, 1, sps=5.0, spread=math.nan), ranks=2)]
+    ax = plots.plot_samples_per_s(rows).axes[0]
+    from matplotlib.container import ErrorbarContainer
+    assert any(isinstance(c, ErrorbarContainer) for c in ax.containers) and "95 % CI" in ax.get_xlabel()

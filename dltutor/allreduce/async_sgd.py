@@ -137,25 +137,29 @@ def _train_all(taus, seeds, x, y, batch, updates, lr, hidden, evaluate, every) -
 
 
 def final_rows(result: dict) -> list[dict]:
-    """Per tau: mean final test accuracy and loss over seeds; the spread is the larger of half the
-    seeds' min-max range and the test set's 95 % sampling half-width."""
+    """Per tau: mean final test accuracy and loss over seeds; its ± the 95 % confidence interval of
+    that mean over the seeds (`dltutor.core.spread`) combined with the test set's 95 % sampling
+    half-width (the test set is finite). One seed: nan, the seed-to-seed variation is unknown."""
+    from dltutor.core.spread import combined, mean_ci
     out = []
     for tau in sorted({c["tau"] for c in result["curves"]}):
         accs = [c["test_acc"][-1] for c in result["curves"] if c["tau"] == tau]
         losses = [c["test_loss"][-1] for c in result["curves"] if c["tau"] == tau]
         acc = sum(accs) / len(accs)
-        out.append({"tau": tau, "test_acc": acc, "spread": max((max(accs) - min(accs)) / 2,
-                                                               F.accuracy_halfwidth(acc, result["n_test"])),
+        out.append({"tau": tau, "test_acc": acc,
+                    "spread": combined(mean_ci(accs), F.accuracy_halfwidth(acc, result["n_test"])),
                     "test_loss": sum(losses) / len(losses), "seeds": len(accs)})
     return out
 
 
 def table(rows: list[dict]):
     """`final_rows` as a table (HTML in Jupyter, aligned text under print)."""
+    from dltutor.allreduce.sweep import no_interval_blank
     from dltutor.core.tables import Table
-    return Table(rows, ["tau", "test_acc", "spread", "test_loss", "seeds"],
+    return Table(no_interval_blank(rows), ["tau", "test_acc", "spread", "test_loss", "seeds"],
                  digits={"test_acc": 3, "spread": 3},
-                 headers={"test_acc": "final test accuracy", "spread": "±", "test_loss": "test loss"})
+                 missing="n/a",
+                 headers={"test_acc": "final test accuracy", "spread": "± (95 % CI)", "test_loss": "test loss"})
 
 
 def findings(rows: list[dict]) -> list[str]:
@@ -163,16 +167,17 @@ def findings(rows: list[dict]) -> list[str]:
     sync = next(r for r in rows if r["tau"] == 0)
     seeds = rows[0]["seeds"]
     out = [f"{SIMULATED}, {seeds} seed{'s' if seeds > 1 else ''}; a difference counts when it is "
-           "larger than the two spreads together (seeds' half-range or the test set's 95 % "
-           "sampling half-width, whichever is larger)."]
+           "larger than the two ± combined (each: the 95 % confidence interval of the mean over the "
+           "seeds, with the test set's sampling width added; one seed gives no interval)."]
     for r in rows:
         if r["tau"] == 0:
             continue
         gap = 100 * (r["test_acc"] - sync["test_acc"])
         head = (f"tau={r['tau']}: test accuracy {r['test_acc']:.1%} vs sync {sync['test_acc']:.1%}")
         if not F.differs(r["test_acc"], sync["test_acc"], r["spread"], sync["spread"]):
-            out.append(f"{head}: {F.INCONCLUSIVE} ({abs(gap):.1f} points apart, spreads "
-                       f"±{100 * r['spread']:.1f} and ±{100 * sync['spread']:.1f} points).")
+            why = (f"±{F.fmt(100 * r['spread'])} and ±{F.fmt(100 * sync['spread'])} points"
+                   if seeds > 1 else "one seed gives no interval")
+            out.append(f"{head}: {F.INCONCLUSIVE} ({abs(gap):.1f} points apart, {why}).")
         else:
             out.append(f"{head}: {abs(gap):.1f} points {'below' if gap < 0 else 'above'} sync.")
     out.append(F.trend("final test accuracy", [r["tau"] for r in rows],

@@ -279,7 +279,8 @@ def measure_allreduce(nproc: int = 2, sizes=("1KiB", "1MiB"), algorithms=None, i
 
     Keys of the summary (rank 0's DLTUTOR_METRICS line): world_size, hardware, dtype, checks
     (algorithm -> matched dist.all_reduce), results (one dict per size x algorithm: algorithm,
-    bytes, time_s (the fastest of `passes` sweeps), time_range_s, algbw_GBps, busbw_GBps, ok),
+    bytes, time_s (the fastest of `passes` sweeps), time_range_s, times_s (every pass),
+    algbw_GBps, busbw_GBps, ok),
     pingpong (bytes, time_s), alpha_s, beta_s_per_byte. `oversubscribe=True` allows more ranks
     than cores (the ranks then share cores: say so wherever the numbers are shown). `env` adds
     variables for the ranks (dltutor.core.device.RankPlan.env: the CPU on a node with too few GPUs).

@@ -1,8 +1,10 @@
 """What notebook 05's measurements show, as sentences built from the run's own rows.
 
 Each function takes lab summaries (`collectives.measure_allreduce`, `hierarchical.measure_hierarchical`)
-and returns sentences for `dltutor.core.findings.show`. A spread is half the min..max range of a
-size's passes (`time_range_s`); two times whose gap is inside their spreads are "inconclusive here".
+and returns sentences for `dltutor.core.findings.show`. A measured time in a comparison is the mean
+over a size's passes (`times_s`) and its "±" the 95 % confidence interval of that mean
+(`sweep.pass_mean_ci`, `dltutor.core.spread`); two times whose gap is inside their intervals
+combined are "inconclusive here", and one pass gives no interval (inconclusive too).
 
 - `fit_findings(summary, fits)`: whether the ring's minimax fit is usable (`fitcheck.check`); if
   so, the ring's fitted α beside the ping-pong's and whether the other algorithms' model lines
@@ -17,6 +19,8 @@ size's passes (`time_range_s`); two times whose gap is inside their spreads are 
 from __future__ import annotations
 
 from dltutor.allreduce import cost, fitcheck
+from dltutor.allreduce.sweep import pass_mean_ci
+from dltutor.core import spread
 from dltutor.core.findings import INCONCLUSIVE, against, compare, differs
 from dltutor.core.units import fmt_bytes
 
@@ -28,10 +32,14 @@ def _rows(summary: dict, algorithm: str) -> list[dict]:
     return sorted((r for r in summary["results"] if r["algorithm"] == algorithm), key=lambda r: r["bytes"])
 
 
+def _mean(row: dict) -> float:
+    """The mean time over the row's passes (s)."""
+    return pass_mean_ci(row)[0]
+
+
 def _spread(row: dict) -> float:
-    """Half the min..max range of the passes (s); 0 with one pass."""
-    lo, hi = row.get("time_range_s") or (row["time_s"], row["time_s"])
-    return (hi - lo) / 2
+    """95 % CI half-width of that mean (s); nan with one pass."""
+    return pass_mean_ci(row)[1]
 
 
 def _at(summary: dict, algorithm: str, nbytes: int) -> dict:
@@ -40,7 +48,7 @@ def _at(summary: dict, algorithm: str, nbytes: int) -> dict:
 
 def _vs(summary: dict, a: str, b: str, nbytes: int) -> str:
     ra, rb = _at(summary, a, nbytes), _at(summary, b, nbytes)
-    return compare(a, ra["time_s"] * US, b, rb["time_s"] * US, unit="µs",
+    return compare(a, _mean(ra) * US, b, _mean(rb) * US, unit="µs",
                    spread_a=_spread(ra) * US, spread_b=_spread(rb) * US)
 
 
@@ -68,13 +76,13 @@ def _alpha_lines(summary: dict, fits: dict) -> list[str]:
     alpha, beta, _ = fits["ring, minimax"]
     alpha_pp = fits["ping-pong, lsq"][0]
     d = cost.times_of(summary, "ring")[0]
-    slowest = [max(r["time_range_s"]) if r.get("time_range_s") else r["time_s"] for r in _rows(summary, "ring")]
-    alpha_slow = cost.fit_alpha_beta(d, slowest, "ring", n, criterion="minimax")[0]
-    spread = abs(alpha_slow - alpha) / 2   # the fit moves this much between fastest and slowest passes
+    ring_a, ring_h = _pass_alphas(_rows(summary, "ring"), "ring", n, "minimax")
+    pp_a, pp_h = _pass_alphas(sorted(summary.get("pingpong") or [], key=lambda r: r["bytes"]),
+                              "pingpong", 2, "lsq")
     if alpha_pp > RESOLVED:
-        out = [compare("the ring's fitted α", alpha * US, "the ping-pong's α", alpha_pp * US, unit="µs",
-                       spread_a=spread * US).rstrip(".")
-               + "; the ring's spread is half the change of its α when the slowest passes are fitted instead"]
+        out = [compare("the ring's α", ring_a * US, "the ping-pong's α", pp_a * US, unit="µs",
+                       spread_a=ring_h * US, spread_b=pp_h * US).rstrip(".")
+               + "; each α is the mean of one fit per pass, ± the 95 % CI over those fits"]
     else:
         out = [f"the ping-pong's α is not resolved by these sizes (its fit gives less than 1 ns); the ring's "
                f"fitted α is {alpha * US:.3g} µs"]
@@ -84,10 +92,26 @@ def _alpha_lines(summary: dict, fits: dict) -> list[str]:
             continue
         row = _at(summary, alg, smallest)
         model = float(cost.model_time(alg, n, smallest, alpha, beta))
-        out.append(against(f"{alg} at {fmt_bytes(smallest)}", row["time_s"] * US, model * US,
-                           tolerance=_spread(row) * US, unit="µs",
-                           source="its model line (the ring's α, β)"))
+        name, source = f"{alg} at {fmt_bytes(smallest)} (mean of passes)", "its model line (the ring's α, β)"
+        if not spread.decided(_spread(row)):
+            out.append(f"{name}: {_mean(row) * US:.3g} µs measured vs {model * US:.3g} µs from {source}: "
+                       f"{INCONCLUSIVE}, one pass gives no interval to judge the gap with.")
+            continue
+        out.append(against(name, _mean(row) * US, model * US, tolerance=_spread(row) * US, unit="µs",
+                           source=source))
     return out
+
+
+def _pass_alphas(rows: list[dict], algorithm: str, n: int, criterion: str) -> tuple[float, float]:
+    """(mean, 95 % CI) of α fitted to each pass on its own (pass p: the p-th time of every size);
+    (nan, nan) without at least two passes of every size."""
+    passes = min((len(r.get("times_s") or []) for r in rows), default=0)
+    if len(rows) < 2 or passes < 2:
+        return float("nan"), float("nan")
+    sizes = [r["bytes"] for r in rows]
+    alphas = [cost.fit_alpha_beta(sizes, [r["times_s"][p] for r in rows], algorithm, n,
+                                  criterion=criterion)[0] for p in range(passes)]
+    return spread.mean_and_ci(alphas)
 
 
 def pair_findings(summary: dict, a: str, b: str, alpha: float, beta: float, usable: bool = True) -> list[str]:
@@ -105,11 +129,12 @@ def pair_findings(summary: dict, a: str, b: str, alpha: float, beta: float, usab
 
 
 def winner_findings(summary: dict) -> list[str]:
-    """Per size: the fastest algorithm against the runner-up, or INCONCLUSIVE within the spreads."""
+    """Per size: the fastest algorithm (mean over passes) against the runner-up, or INCONCLUSIVE
+    within their 95 % intervals."""
     n, out = summary["world_size"], []
     for d in sorted({r["bytes"] for r in summary["results"]}):
-        first, second = sorted((r for r in summary["results"] if r["bytes"] == d), key=lambda r: r["time_s"])[:2]
-        gap = differs(first["time_s"], second["time_s"], _spread(first), _spread(second))
+        first, second = sorted((r for r in summary["results"] if r["bytes"] == d), key=_mean)[:2]
+        gap = differs(_mean(first), _mean(second), _spread(first), _spread(second))
         head = (f"N = {n}, D = {fmt_bytes(d)}: fastest {first['algorithm']}" if gap else
                 f"N = {n}, D = {fmt_bytes(d)}: no single winner ({INCONCLUSIVE})")
         out.append(f"{head}; {_vs(summary, first['algorithm'], second['algorithm'], d)}")

@@ -77,7 +77,7 @@ def measure_hierarchical(nproc: int = 4, per_node: int = 2, sizes=("1KiB", "64Ki
     """From a notebook: run the hierarchical lab on `nproc` local ranks, `per_node` to a "node".
 
     Returns rank 0's summary (world_size, per_node, nodes, backend, hardware, checks, results with
-    algorithm 'ring' / 'gloo' (flat) and 'hierarchical', each with time_s and time_range_s) and
+    algorithm 'ring' / 'gloo' (flat) and 'hierarchical', each with time_s, time_range_s, times_s) and
     `groups`: rank -> {"intra": [...], "inter": [...]}, as every rank reported its own groups."""
     from dltutor.allreduce.sweep import run_lab
     args = ["--per-node", str(per_node), "--sizes", ",".join(str(s).replace(" ", "") for s in sizes),

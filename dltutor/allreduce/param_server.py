@@ -25,6 +25,7 @@ import torch.distributed as dist
 from dltutor.allreduce import collectives as C
 from dltutor.allreduce import cost
 from dltutor.core import findings as F
+from dltutor.core.spread import combined
 from dltutor.core.device import device as rank_device
 
 SERVER = 0
@@ -114,7 +115,7 @@ def step_time(form: str, w: int, numel: int, group, iters: int, warmup: int) -> 
 def measure(workers=(2, 3, 4), numel: int = 701_466, iters: int = 5, warmup: int = 1,
             passes: int = 3, timeout: float = 900.0, echo: bool = False) -> dict:
     """Run the lab on max(workers)+1 local ranks (1 server + W workers); rank 0's summary: checks
-    (W -> ps equals ring), results (form, workers, time_s, time_range_s), alpha_s, beta_s_per_byte,
+    (W -> ps equals ring), results (form, workers, time_s, time_range_s, times_s), alpha_s, beta_s_per_byte,
     numel, hardware, world_size. More ranks than cores share them (`oversubscribe`); a node with
     fewer GPUs than ranks runs them all on the CPU (gloo), as `plan_ranks` says."""
     from dltutor.allreduce.sweep import run_lab
@@ -129,16 +130,18 @@ def measure(workers=(2, 3, 4), numel: int = 701_466, iters: int = 5, warmup: int
 
 
 def rows(summary: dict) -> list[dict]:
-    """One row per (W, form): measured time per step (ms, fastest pass), its spread (half the
-    range over passes), and the α-β model with the ping-pong's α and β."""
+    """One row per (W, form): measured time per step (ms, the mean over passes), its ± (the 95 %
+    confidence interval of that mean, `sweep.pass_mean_ci`; nan with one pass), and the α-β
+    model with the ping-pong's α and β."""
+    from dltutor.allreduce.sweep import pass_mean_ci
     alpha, beta, d = summary["alpha_s"], summary["beta_s_per_byte"], 4 * summary["numel"]
     out = []
     for r in sorted(summary["results"], key=lambda r: (r["workers"], r["form"])):
-        w, lo, hi = r["workers"], *r["time_range_s"]
+        w, (mean, ci) = r["workers"], pass_mean_ci(r)
         n, alg = (w + 1, "ps") if r["form"] == "ps" else (w, "ring")
         out.append({"workers": w, "form": r["form"], "processes": summary["world_size"],
                     "cores": summary.get("cores"), "gradient_bytes": d,
-                    "measured_ms": 1e3 * lo, "spread_ms": 1e3 * (hi - lo) / 2,
+                    "measured_ms": 1e3 * mean, "spread_ms": 1e3 * ci,
                     "model_ms": 1e3 * cost.model_time(alg, n, d, alpha, beta),
                     "bytes_sent_by_busiest_rank": w * d if alg == "ps" else 2 * (w - 1) / w * d})
     return out
@@ -147,10 +150,11 @@ def rows(summary: dict) -> list[dict]:
 def table(rows: list[dict]):
     """The rows as a table (HTML in Jupyter, aligned text under print): measured, spread, model
     and the busiest rank's bytes."""
+    from dltutor.allreduce.sweep import no_interval_blank
     from dltutor.core.tables import Table
-    return Table(rows, ["workers", "form", "measured_ms", "spread_ms", "model_ms",
-                        "bytes_sent_by_busiest_rank"],
-                 headers={"measured_ms": "measured ms/step", "spread_ms": "± (passes)",
+    return Table(no_interval_blank(rows), ["workers", "form", "measured_ms", "spread_ms", "model_ms",
+                                           "bytes_sent_by_busiest_rank"], missing="n/a",
+                 headers={"measured_ms": "measured ms/step (mean of passes)", "spread_ms": "± (95 % CI)",
                           "model_ms": "α-β model ms", "bytes_sent_by_busiest_rank":
                           "bytes sent by the busiest rank (model; as many received)"})
 
@@ -178,10 +182,10 @@ def findings(table: list[dict]) -> list[str]:
         _, m_ps = _series(table, "ps", "model_ms")
         _, m_ring = _series(table, "ring", "model_ms")
         add = {"ps": ps[-1] - ps[0], "ring": ring[-1] - ring[0]}
-        if F.differs(add["ps"], add["ring"], s_ps[0] + s_ps[-1], s_ring[0] + s_ring[-1]):
+        if F.differs(add["ps"], add["ring"], combined(s_ps[0], s_ps[-1]), combined(s_ring[0], s_ring[-1])):
             verdict = ("the parameter server's" if add["ps"] > add["ring"] else "the ring's") + " grew more"
         else:
-            verdict = f"{F.INCONCLUSIVE}, the difference is inside the spreads over passes"
+            verdict = f"{F.INCONCLUSIVE}, the difference is inside the 95 % intervals over passes"
         out.append(f"parameter server / ring: measured {ps[0] / ring[0]:.2f}x at W={ws[0]} and "
                    f"{ps[-1] / ring[-1]:.2f}x at W={ws[-1]}; the α-β model (ping-pong fit) predicts "
                    f"{m_ps[0] / m_ring[0]:.2f}x and {m_ps[-1] / m_ring[-1]:.2f}x.")
@@ -205,7 +209,7 @@ def _shared_cores(table: list[dict]) -> list[str]:
 
 
 def plot(table: list[dict], path=None):
-    """Time per step vs W: measured (points, with the range over passes) and modelled (dashed)."""
+    """Time per step vs W: measured (mean of passes ± 95 % CI) and modelled (dashed)."""
     import matplotlib.pyplot as plt
     from dltutor.core.plots import finish, labels
     from dltutor.core.units import fmt_bytes
@@ -216,8 +220,8 @@ def plot(table: list[dict], path=None):
     for form, colour in zip(FORMS, ("tab:red", "tab:blue")):
         ws, ys = _series(table, form, "measured_ms")
         _, sp = _series(table, form, "spread_ms")
-        ax.errorbar(ws, ys, yerr=[[0] * len(sp), [2 * s for s in sp]], fmt="o-", color=colour,
-                    capsize=3, label=f"{FORM_TEXT[form]}, measured")
+        ax.errorbar(ws, ys, yerr=sp, fmt="o-", color=colour,
+                    capsize=3, label=f"{FORM_TEXT[form]}, measured (mean ± 95 % CI)")
         ax.plot(ws, _series(table, form, "model_ms")[1], "--", color=colour,
                 label=f"{FORM_TEXT[form]}, α-β model (ping-pong fit)")
     ax.set_xticks(sorted({r["workers"] for r in table}))

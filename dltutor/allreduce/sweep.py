@@ -1,10 +1,11 @@
 """The timing sweep both lab-05 scripts run: passes over (algorithm, size) and the rows they report.
 
-- `over_passes(keys, measure, passes)`: key -> (fastest, slowest) over `passes` sweeps through all
-  keys (a slow spell of a shared machine hits one pass; interference only ever adds time), after
-  one untimed warm-up sweep, each pass starting at another key (`pass_order`).
-- `result_row(algorithm, nbytes, span, n, ok)`: one row of a lab summary: time_s (the fastest pass),
-  time_range_s [fastest, slowest], algbw / busbw in GB/s (`dltutor.allreduce.cost`), ok.
+- `over_passes(keys, measure, passes)`: key -> `Span` (fastest, slowest; `.times`: every pass)
+  over `passes` sweeps through all keys, after one untimed warm-up sweep, each pass starting at
+  another key (`pass_order`).
+- `result_row(algorithm, nbytes, span, n, ok)`: one row of a lab summary: time_s (the fastest pass,
+  what the α-β fits use), time_range_s [fastest, slowest], times_s (every pass: the findings
+  compare their mean ± its 95 % confidence interval, `pass_mean_ci`), algbw / busbw in GB/s, ok.
 - `add_sweep_flags(parser, sizes)`: the flags both labs share (--sizes, --iters, --warmup, --passes).
 - `process_group()`: inside a lab, join the launcher's process group (plain `python`: a 1-rank
   group); yields (rank, world_size).
@@ -35,10 +36,38 @@ def add_sweep_flags(ap, sizes: str) -> None:
                          "interference on a shared machine only ever adds time (timeit's rule)")
 
 
+class Span(tuple):
+    """(fastest, slowest) of a key's passes; `.times` holds every pass, in pass order."""
+
+    def __new__(cls, times):
+        times = list(times)
+        span = (None, None) if None in times else (min(times), max(times))
+        obj = super().__new__(cls, span)
+        obj.times = [] if None in times else times
+        return obj
+
+
+def pass_mean_ci(row: dict) -> tuple[float, float]:
+    """(mean over the row's passes, its 95 % CI half-width; `dltutor.core.spread`). A row without
+    `times_s` (one pass, or an older summary) gives (time_s, nan): no interval."""
+    from dltutor.core import spread
+    times = row.get("times_s") or []
+    if len(times) < 2:
+        return row["time_s"], float("nan")
+    return spread.mean_and_ci(times)
+
+
+def no_interval_blank(rows: list[dict]) -> list[dict]:
+    """Rows for a table: a nan (no interval: one pass or one seed) shown blank (the table's
+    `missing` mark), never as a number."""
+    import math
+    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()} for r in rows]
+
+
 def over_passes(keys, measure, passes: int, warm: bool = True) -> dict:
-    """key -> (fastest, slowest) of `measure(key)` over `passes` sweeps through all keys: a slow
-    spell of a shared machine hits one pass, and interference only ever adds time. A key whose
-    measure returns None on this rank (the ping-pong off ranks 0 and 1) maps to (None, None).
+    """key -> `Span` of `measure(key)` over `passes` sweeps through all keys: (fastest, slowest),
+    with every pass's value in `.times`. A key whose measure returns None on this rank (the
+    ping-pong off ranks 0 and 1) maps to (None, None).
 
     Warm-up cannot spoil a key: with `warm`, one untimed sweep through every key comes first
     (connections, buffers, caches), and each pass starts at a different key (`pass_order`), so
@@ -50,7 +79,7 @@ def over_passes(keys, measure, passes: int, warm: bool = True) -> dict:
     for p in range(passes):
         for k in pass_order(keys, p, passes):
             seen[k].append(measure(k))
-    return {k: (min(v), max(v)) if None not in v else (None, None) for k, v in seen.items()}
+    return {k: Span(v) for k, v in seen.items()}
 
 
 def pass_order(keys: list, p: int, passes: int) -> list:
@@ -60,10 +89,12 @@ def pass_order(keys: list, p: int, passes: int) -> list:
     return keys[start:] + keys[:start]
 
 
-def result_row(algorithm: str, nbytes: int, span, n: int, ok: bool) -> dict:
-    """One measured row: the fastest pass is the time, [fastest, slowest] its range."""
+def result_row(algorithm: str, nbytes: int, span: Span, n: int, ok: bool) -> dict:
+    """One measured row: the fastest pass is the time (the fits use it), [fastest, slowest] its
+    range, `times_s` every pass (the findings compare their mean and its 95 % CI)."""
     t, slowest = span
     return {"algorithm": algorithm, "bytes": nbytes, "time_s": t, "time_range_s": [t, slowest],
+            "times_s": list(getattr(span, "times", [])),
             "algbw_GBps": cost.algbw(nbytes, t) / 1e9, "busbw_GBps": cost.busbw(nbytes, t, n) / 1e9,
             "ok": ok}
 

@@ -251,6 +251,7 @@ def plot_hierarchical(summary: dict, ax=None):
     import matplotlib.pyplot as plt
     import numpy as np
     from dltutor.allreduce.cost import fit_summary, flat_ring_time, hierarchical_time
+    from dltutor.allreduce.sweep import pass_mean_ci
     if ax is None:
         _, ax = plt.subplots(figsize=(9.5, 4.3))
     m, l = summary["nodes"], summary["per_node"]
@@ -260,10 +261,9 @@ def plot_hierarchical(summary: dict, ax=None):
     colours = {"hierarchical": "#ff7f0e", "ring": COLOURS["ring"], "gloo": COLOURS["gloo"]}
     for alg, colour in colours.items():
         rows = sorted((r for r in summary["results"] if r["algorithm"] == alg), key=lambda r: r["bytes"])
-        t = np.array([r["time_s"] for r in rows]) * 1e6
-        hi = np.array([max(r.get("time_range_s") or [r["time_s"]]) for r in rows]) * 1e6
-        ax.errorbar([r["bytes"] for r in rows], t, yerr=[np.zeros_like(t), hi - t], fmt="o",
-                    color=colour, capsize=3, label=f"{alg} measured")
+        t, ci = (np.array(v) * 1e6 for v in zip(*(pass_mean_ci(r) for r in rows)))
+        ax.errorbar([r["bytes"] for r in rows], t, yerr=ci, fmt="o",
+                    color=colour, capsize=3, label=f"{alg} measured (mean of passes ± 95 % CI)")
     ax.plot(grid, flat_ring_time(m, l, grid, link, link) * 1e6, "-", color=colours["ring"], alpha=0.7,
             label="flat ring model")
     ax.plot(grid, hierarchical_time(m, l, grid, link, link) * 1e6, "-", color=colours["hierarchical"],

@@ -5,7 +5,7 @@ numbers, and says "inconclusive here" when a difference is inside the run's spre
 a small `findings` (or `describe`) function that turns its rows into sentences with these helpers:
 
     compare("Horovod", 51.2, "DDP", 60.3, unit="img/s", spread_a=4.0, spread_b=3.1)
-      -> 'Horovod 51.2 img/s vs DDP 60.3 img/s: Horovod is 0.85x DDP (the spreads, ±4 and ±3.1, do not cover the gap).'
+      -> 'Horovod 51.2 img/s vs DDP 60.3 img/s: Horovod is 0.85x DDP (their 95 % intervals, ±4 and ±3.1, do not cover the gap).'
     trend("measured bubble", [1, 2, 4], [0.61, 0.45, 0.30], x_name="m")
       -> 'measured bubble falls as m grows: 0.61 at m=1, 0.45 at m=2, 0.3 at m=4.'
     against("bubble at m=4", 0.34, 0.27, tolerance=0.02, source="the formula (p-1)/(m+p-1)")
@@ -60,10 +60,11 @@ def compare(name_a: str, a: float, name_b: str, b: float, *, unit: str = "",
     if not differs(a, b, spread_a, spread_b):
         if math.isnan(spread_a) or math.isnan(spread_b):
             return f"{head}: {INCONCLUSIVE}, one measurement gives no interval to decide with."
-        return (f"{head}: {INCONCLUSIVE}, the gap ({fmt(abs(a - b), unit)}) is inside the run's "
-                f"spread ({spread}, ±{fmt(math.hypot(spread_a, spread_b))} combined).")
+        return (f"{head}: {INCONCLUSIVE}, the gap ({fmt(abs(a - b), unit)}) is inside their 95 % "
+                f"intervals ({spread}, ±{fmt(math.hypot(spread_a, spread_b))} combined).")
     ratio = f"{name_a} is {a / b:.2f}x {name_b}" if b else f"{name_a} is above {name_b}"
-    cover = f" (the spreads, {spread}, do not cover the gap)" if spread_a or spread_b else ""
+    cover = (f" (their 95 % intervals, {spread}, do not cover the gap)" if spread_a or spread_b
+             else "")
     return f"{head}: {ratio}{cover}."
 
 
@@ -85,6 +86,9 @@ def trend(name: str, xs, ys, *, x_name: str, unit: str = "", spreads=None) -> st
     """One sentence: how `name` moves as `x_name` grows, with every point."""
     way = direction(ys, spreads)
     points = ", ".join(f"{fmt(y, unit)} at {x_name}={x}" for x, y in zip(xs, ys))
+    if spreads is not None and any(isinstance(s, float) and math.isnan(s) for s in spreads):
+        return (f"{name} as {x_name} grows: {points} ({INCONCLUSIVE}: a point measured once has "
+                "no interval to decide with).")
     if way == "flat":
         return f"{name} does not change beyond the run's spread as {x_name} grows ({INCONCLUSIVE}): {points}."
     if way == "not monotone":

@@ -20,6 +20,8 @@ def _cell(value, digits, missing: str) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
+        if value != value:          # nan: no value (e.g. a spread from one measurement)
+            return "n/a"
         if digits is None:
             return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
         return f"{value:,.{digits}f}"

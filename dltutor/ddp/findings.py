@@ -1,10 +1,11 @@
 """What notebook 02's runs show, as sentences built from their numbers (`dltutor.core.findings`).
 
-A spread is half the min-max range of the run's own repeats: the per-step times of the slowest
-rank (lab 02's `step_times_ms`) for throughputs and step times, the ranks x profiled steps for the
-timeline's terms. A difference inside the spreads is reported as "inconclusive here".
+A spread ("±") is the 95 % confidence interval of the mean compared (`dltutor.core.spread`): over
+the timed steps of the slowest rank (lab 02's `step_times_ms`, warm-up already left out) for
+throughputs and step times, over ranks x profiled steps for the timeline's terms; an efficiency's
+combines those of its two rates. A difference inside the spreads is reported as "inconclusive here".
 
-* `step_row(label, metrics)`: one launch as a row: mean step time of the slowest rank, its spread.
+* `step_row(label, metrics)`: one launch as a row: mean step time of the slowest rank, its 95 % CI.
 * `scaling(table)`: weak and strong scaling efficiency against 1.0 and against each other.
 * `buckets(rows)`: which bucket setting stepped fastest; whether no overlap beat the lab's buckets
   (`bucket_label`: sizes in MiB; `lab_buckets_note`: the lab's explicit 25 is not DDP's default).
@@ -15,7 +16,13 @@ timeline's terms. A difference inside the spreads is reported as "inconclusive h
 """
 from __future__ import annotations
 
-from dltutor.core.findings import INCONCLUSIVE, against, compare, differs, fmt, half_range
+from dltutor.core import spread as ci
+from dltutor.core.findings import INCONCLUSIVE, against, compare, differs, fmt
+
+
+def _pm(h: float) -> str:
+    """'± 0.12', or '± n/a' where one value gave no interval."""
+    return f"± {h:.2f}" if ci.decided(h) else "± n/a"
 
 
 def slowest(metrics: list[dict]) -> dict:
@@ -24,25 +31,27 @@ def slowest(metrics: list[dict]) -> dict:
 
 
 def rate_spread(global_batch: int, step_times_ms) -> float:
-    """Half the range of the per-step rates global_batch / t (img/s)."""
-    return half_range([1e3 * global_batch / t for t in step_times_ms or [] if t > 0])
+    """95 % CI (half-width) of the mean per-step rate global_batch / t (img/s); nan below 2 steps."""
+    return ci.mean_ci([1e3 * global_batch / t for t in step_times_ms or [] if t > 0])
 
 
 def step_row(label: str, metrics: list[dict]) -> dict:
-    """A launch of lab 02 as one row: mean and spread of the slowest rank's step time (ms)."""
+    """A launch of lab 02 as one row: mean step time (ms) of the slowest rank and its 95 % CI."""
     m = slowest(metrics)
     times = m.get("step_times_ms") or [m["step_time_ms"]]
-    return {"label": label, "step_time_ms": sum(times) / len(times), "spread_ms": half_range(times),
+    return {"label": label, "step_time_ms": sum(times) / len(times), "spread_ms": ci.mean_ci(times),
             "timed_steps": len(times), "global_img_per_s": metrics[0]["global_img_per_s"],
             "hardware": m["hardware"]}
 
 
 # ---------------------------------------------------------------- section 2: scaling efficiency
 def _eff_spread(row: dict, base: dict) -> float:
-    """Half-width of efficiency = P / (P_base x scale): the relative spreads of P and P_base add."""
-    rel = (row.get("rate_spread") or 0) / row["global_img_per_s"] + \
-        (base.get("rate_spread") or 0) / base["global_img_per_s"]
-    return row["efficiency"] * rel
+    """± of efficiency = P / (P_base x scale): the relative CIs of P and P_base in quadrature
+    (`core.spread.combined`); nan when either rate has no interval."""
+    def rel(r):
+        h = r.get("rate_spread")
+        return float("nan") if h is None else h / r["global_img_per_s"]
+    return row["efficiency"] * ci.combined(rel(row), rel(base))
 
 
 def scaling(table: list[dict]) -> list[str]:
@@ -59,11 +68,12 @@ def scaling(table: list[dict]) -> list[str]:
             w = r["world_size"] // base["world_size"]
             head = (f"{kind} scaling, {r['world_size']} ranks x b={r['per_rank_batch']} ({r['hardware']}): "
                     f"{fmt(r['global_img_per_s'], 'img/s')} vs {w} x {fmt(base['global_img_per_s'], 'img/s')} "
-                    f"of {base['world_size']} rank x b={base['per_rank_batch']}, efficiency {e:.2f} ± {de:.2f}")
+                    f"of {base['world_size']} rank x b={base['per_rank_batch']}, efficiency {e:.2f} {_pm(de)}")
             if not differs(e, 1.0, de):
-                out.append(f"{head}: {INCONCLUSIVE} whether it falls short of the ideal 1.0 (the spread covers it).")
+                out.append(f"{head}: {INCONCLUSIVE} whether it falls short of the ideal 1.0 "
+                           + ("(one timed step gives no interval)." if de != de else "(its 95 % CI covers it)."))
             else:
-                out.append(f"{head}: {'below' if e < 1 else 'above'} the ideal 1.0 beyond the run's spread; "
+                out.append(f"{head}: {'below' if e < 1 else 'above'} the ideal 1.0 beyond its 95 % CI; "
                            f"{r['world_size']} ranks ran at {r['speedup']:.2f}x the throughput of "
                            f"{base['world_size']} (ideal: {w}x).")
     if "weak" in eff and "strong" in eff:
@@ -169,7 +179,7 @@ def buckets(rows: list[dict], default: str = bucket_label(LAB_BUCKET_MB)) -> lis
                      "threads need the same cores as backward (the timeline below shows how much was hidden).")
         lines.append(text)
     lines.append(f"({best['hardware']}; {min(r['timed_steps'] for r in rows)} timed steps per variant, "
-                 "the spread is half the min-max range of the slowest rank's step times.)")
+                 "± is the 95 % confidence interval of the mean step time of the slowest rank.)")
     if default in by:
         lines.append(lab_buckets_note())
     return lines
@@ -180,13 +190,13 @@ TERMS = ("t_iter_ms", "t_forward_ms", "t_backward_ms", "t_comm_ms", "t_overlap_m
 
 def overlap_table(rows: list[dict]) -> list[dict]:
     """Per variant (`label`): the mean of each term over ranks x profiled steps, and the overlap
-    fraction with its spread (half the min-max range over ranks x steps)."""
+    fraction with its 95 % CI over ranks x profiled steps (`core.spread.mean_ci`)."""
     out = []
     for label in dict.fromkeys(r["label"] for r in rows):
         mine = [r for r in rows if r["label"] == label]
         row = {"label": label, **{k: sum(r[k] for r in mine) / len(mine) for k in TERMS}}
         fr = [r["overlap_fraction"] for r in mine]
-        row.update(overlap_fraction=sum(fr) / len(fr), fraction_spread=half_range(fr),
+        row.update(overlap_fraction=sum(fr) / len(fr), fraction_spread=ci.mean_ci(fr),
                    buckets=max(r["buckets"] for r in mine), samples=len(mine))
         out.append(row)
     return out
@@ -196,13 +206,13 @@ def overlap(table: list[dict], no_overlap: str = "no overlap") -> list[str]:
     """Sentences on `overlap_table`: each variant's fraction, the highest against the rest, the
     no-overlap control against 0, and how much of the step the model's terms account for."""
     lines = ["overlap fraction (T_overlap / T_comm, mean over ranks x profiled steps): " + ", ".join(
-        f"{r['label']} {r['overlap_fraction']:.2f} ± {r['fraction_spread']:.2f} "
+        f"{r['label']} {r['overlap_fraction']:.2f} {_pm(r['fraction_spread'])} "
         f"({r['buckets']} all-reduce{'s' if r['buckets'] != 1 else ''} per step)" for r in table) + "."]
     ranked = sorted(table, key=lambda r: -r["overlap_fraction"])
     top, rest = ranked[0], ranked[1:]
     for r in rest:
         a, b, sa, sb = top["overlap_fraction"], r["overlap_fraction"], top["fraction_spread"], r["fraction_spread"]
-        head = f"{top['label']} ({a:.2f} ± {sa:.2f}) against {r['label']} ({b:.2f} ± {sb:.2f})"
+        head = f"{top['label']} ({a:.2f} {_pm(sa)}) against {r['label']} ({b:.2f} {_pm(sb)})"
         lines.append(f"{head}: {INCONCLUSIVE}, the spreads cover the gap." if not differs(a, b, sa, sb) else
                      f"{head}: {top['label']} hid a larger share of its all-reduce behind backward (+{a - b:.2f}).")
     ctrl = next((r for r in table if r["label"].startswith(no_overlap)), None)

@@ -8,6 +8,12 @@ fast mode). Each function returns the figure and saves it when `path` is given.
 from __future__ import annotations
 
 from dltutor.core.plots import labels
+from dltutor.core.spread import decided
+
+
+def _err(h) -> float:
+    """An error bar's half-length: the 95 % CI, or no bar (0) where a run has no interval."""
+    return float(h) if decided(h) else 0.0
 
 
 def _finish(fig, title, data, path):
@@ -22,12 +28,14 @@ def plot_scaling(rows: list[dict], title: str = "Data-parallel scaling", data=No
     """Left: global img/s per run (ranks x per-rank batch). Right: weak and strong efficiency.
 
     `rows` come from `dltutor.ddp.scaling.scaling_table` (keys world_size, scaling, per_rank_batch,
-    global_img_per_s, speedup, efficiency).
+    global_img_per_s, speedup, efficiency, rate_spread). Error bars: mean ± 95 % CI (the
+    efficiency's combines both rates', `dltutor.ddp.findings._eff_spread`); none without one.
     """
+    from dltutor.ddp.findings import _eff_spread
     import matplotlib.pyplot as plt
     fig, (ax_p, ax_e) = plt.subplots(1, 2, figsize=(11, 4))
     colors = {"weak": "tab:blue", "strong": "tab:orange"}
-    seen, names, values, cols = set(), [], [], []
+    seen, names, values, cols, errs = set(), [], [], [], []
     for r in rows:  # one bar per distinct run (the 2-rank run can be in both groups)
         key = (r["world_size"], r["per_rank_batch"])
         if key in seen:
@@ -36,16 +44,18 @@ def plot_scaling(rows: list[dict], title: str = "Data-parallel scaling", data=No
         names.append(f"{r['world_size']} rank{'s' if r['world_size'] > 1 else ''}\n"
                      f"b={r['per_rank_batch']}, B={r['world_size'] * r['per_rank_batch']}")
         values.append(r["global_img_per_s"])
+        errs.append(_err(r.get("rate_spread")))
         cols.append("tab:green" if r["world_size"] > 1 else "tab:grey")
-    bars = ax_p.bar(names, values, color=cols)
+    bars = ax_p.bar(names, values, color=cols, yerr=errs, capsize=4)
     for bar, v in zip(bars, values):
         ax_p.text(bar.get_x() + bar.get_width() / 2, v, f"{v:,.0f}", ha="center", va="bottom")
-    ax_p.set(ylabel="global throughput (images/s)", title="Throughput (higher is better)")
+    ax_p.set(ylabel="global images/s, mean ± 95 % CI", title="Throughput (higher is better)")
     for kind in ("weak", "strong"):
         group = sorted((r for r in rows if r["scaling"] == kind), key=lambda r: r["world_size"])
         if group:
-            ax_e.plot([r["world_size"] for r in group], [r["efficiency"] for r in group], "o-",
-                      color=colors[kind], label=f"{kind} scaling")
+            ax_e.errorbar([r["world_size"] for r in group], [r["efficiency"] for r in group],
+                          yerr=[0.0] + [_err(_eff_spread(r, group[0])) for r in group[1:]], fmt="o-",
+                          capsize=4, color=colors[kind], label=f"{kind} scaling (± 95 % CI)")
             for r in group:
                 ax_e.annotate(f"{r['efficiency']:.2f}", (r["world_size"], r["efficiency"]),
                               textcoords="offset points", xytext=(6, 4), color=colors[kind])
@@ -81,20 +91,20 @@ def plot_loss_curves(curves: dict, title: str = "Large global batch: warm-up or 
 
 def plot_step_times(rows: list[dict], title: str = "Gradient buckets and overlap", data=None,
                     path=None):
-    """Bars of step time per variant (`label`, `step_time_ms`, optional `spread_ms` as error bars:
-    `dltutor.ddp.findings.step_row`, the slowest rank's mean); shorter is better."""
+    """Bars of step time per variant (`label`, `step_time_ms`, optional `spread_ms`, its 95 % CI, as
+    error bars: `dltutor.ddp.findings.step_row`, the slowest rank's mean); shorter is better."""
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.8))
     names = [r["label"] for r in rows][::-1]
     values = [r["step_time_ms"] for r in rows][::-1]
-    spreads = [r.get("spread_ms") or 0 for r in rows][::-1]
+    spreads = [_err(r.get("spread_ms")) for r in rows][::-1]
     bars = ax.barh(names, values, xerr=spreads, capsize=4,
                    color=["tab:red" if "no overlap" in n else "tab:blue" for n in names])
     top = max(v + e for v, e in zip(values, spreads))
     for bar, v in zip(bars, values):
         ax.text(v + 0.01 * top, bar.get_y() + bar.get_height() / 2, f"{v:.1f} ms", va="center")
     ax.set_xlim(0, top * 1.25)
-    ax.set(xlabel="step time of the slowest rank, mean ± half range (ms, lower is better)")
+    ax.set(xlabel="step time of the slowest rank, mean ± 95 % CI (ms, lower is better)")
     ax.grid(axis="x", alpha=0.3)
     return _finish(fig, title, data, path)
 

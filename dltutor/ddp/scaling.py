@@ -128,8 +128,8 @@ def scaling_table(runs: list[dict], rate: str = "global_img_per_s", ranks: str =
 def summarize(metrics: list[dict]) -> dict:
     """One row for a launch from the per-rank `DLTUTOR_METRICS` dicts of the lab (rank 0 first).
 
-    `rate_spread`: half the min-max range of the per-step img/s of the slowest rank (its
-    `step_times_ms`), the spread `dltutor.ddp.findings.scaling` compares efficiencies with.
+    `rate_spread`: the 95 % CI of the mean per-step img/s of the slowest rank (its timed
+    `step_times_ms`), the ± `dltutor.ddp.findings.scaling` compares efficiencies with.
     """
     m0 = metrics[0]
     keys = ("world_size", "scaling", "per_rank_batch", "global_batch", "lr", "global_img_per_s",

@@ -19,7 +19,9 @@ The printed lines follow the classic Horovod synthetic benchmark, e.g. the seed'
     Img/sec per GPU: 325.2 +-1.8
     Total img/sec on 2 GPU(s): 650.3 +-3.6
 
-where "+-" is 1.96 standard deviations of the per-iteration rates (a ~95% interval).
+where "+-" is 1.96 standard deviations of the per-iteration rates, as the classic benchmark prints
+it: the range ~95 % of single iterations fall in, not the uncertainty of the mean. The course
+compares runs with the 95 % CI of the mean instead (`dltutor.horovod.runs.iteration_ci`).
 `parse_output(text)` reads these lines back (tests, notebooks).
 """
 from __future__ import annotations

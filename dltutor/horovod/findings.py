@@ -9,12 +9,17 @@
                              over overlapping tensors named as such; a negotiation span is waiting
     findings(...)            all of them, for the summary cell before the key takeaways
 
-A row's spread is the benchmark's 1.96-sigma interval over its timed iterations (`img_sec_conf`,
-per worker); a total over n workers carries n times it.
+A row's spread ("±") is the 95 % confidence interval of its mean total img/s over the timed
+iterations (`runs.iteration_ci`, `core.spread.mean_ci`: not the benchmark's printed 1.96 sigma of
+single iterations); a step time carries the same relative interval, an efficiency combines its two
+rates' (`core.spread.combined`). A run without an interval (one iteration) decides nothing.
 """
 from __future__ import annotations
 
+import math
+
 from dltutor.core import env
+from dltutor.core.spread import combined
 from dltutor.core.findings import INCONCLUSIVE, against, compare, differs, fmt, trend
 from dltutor.ddp.scaling import weak_efficiency
 from dltutor.horovod.runs import SEED_1GPU_TOTAL, SEED_2GPU_TOTAL
@@ -24,15 +29,16 @@ SEED_SOURCE = "seed 001 (2 nodes x 1 V100, mpirun_rsh; a REFERENCE, not measured
 
 
 def total_spread(row: dict) -> float:
-    """Half-width of a row's total img/s: workers x the per-worker 1.96-sigma spread."""
-    return row["workers"] * row["img_sec_conf"]
+    """± of a row's total img/s: the 95 % CI of its mean over the timed iterations (nan: none)."""
+    h = row.get("total_img_sec_ci")
+    return math.nan if h is None else float(h)
 
 
 def efficiency_spread(row: dict, base: dict) -> float:
-    """Half-width of efficiency = total / (base total x scale): the relative spreads add up."""
+    """± of efficiency = total / (base total x scale): the two relative CIs in quadrature."""
     eff = weak_efficiency(row["total_img_sec"], base["total_img_sec"], row["workers"] / base["workers"])
-    rel = total_spread(row) / row["total_img_sec"] + total_spread(base) / base["total_img_sec"]
-    return eff * rel
+    return eff * combined(total_spread(row) / row["total_img_sec"],
+                          total_spread(base) / base["total_img_sec"])
 
 
 def scaling(rows: list[dict]) -> list[str]:
@@ -48,9 +54,13 @@ def scaling(rows: list[dict]) -> list[str]:
                            base["total_img_sec"], unit="img/s in total",
                            spread_a=total_spread(r), spread_b=total_spread(base)))
         eff = weak_efficiency(r["total_img_sec"], base["total_img_sec"], n / n0)
-        out.append(against(f"scaling efficiency on {n} workers (±{efficiency_spread(r, base):.2f})",
-                           eff, SEED_EFFICIENCY, tolerance=efficiency_spread(r, base),
-                           source=SEED_SOURCE))
+        tol = efficiency_spread(r, base)
+        if math.isnan(tol):
+            out.append(f"scaling efficiency on {n} workers: {eff:.2f} measured vs {SEED_EFFICIENCY:.2f} "
+                       f"from {SEED_SOURCE}: {INCONCLUSIVE}, a run of one timed iteration gives no interval.")
+            continue
+        out.append(against(f"scaling efficiency on {n} workers (±{tol:.2f}, 95 % CI)",
+                           eff, SEED_EFFICIENCY, tolerance=tol, source=SEED_SOURCE))
     return out
 
 
@@ -144,8 +154,7 @@ def rerun(name: str, points, lab_row: dict, label=lambda v: f"{v:g}") -> list[st
     new = next((p for p in points if p[0] == value and not p[3].endswith("(run above)")), None)
     if new is None:
         return []
-    above, spread = 1000 * lab_row["step_time_s"], 1000 * lab_row["step_time_s"] * lab_row["img_sec_conf"] / \
-        lab_row["img_sec_per_worker"]
+    above, spread = 1000 * lab_row["step_time_s"], 1000 * lab_row["step_time_ci_s"]
     text = compare(f"{name}={label(value)} (the lab's setting) run again in this sweep", 1000 * new[1],
                    "the run above with the same settings", above, unit="ms", spread_a=1000 * new[2],
                    spread_b=spread)

@@ -188,12 +188,12 @@ def plot_knob(labels, step_times_s, xlabel: str, title: str, ax=None, ddp_step_s
     """Bars of Horovod's step time for each value of one setting; DDP's step time as a line.
 
     `highlight` is the label of the value the lab used (drawn darker); `spreads_s` draws each
-    run's 1.96-sigma spread over its iterations as an error bar."""
+    run's 95 % CI of its mean step time (over its iterations) as an error bar (none where nan)."""
     import matplotlib.pyplot as plt
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.2))
     bars = ax.bar(labels, [1000 * t for t in step_times_s],
-                  yerr=None if spreads_s is None else [1000 * e for e in spreads_s], capsize=6,
+                  yerr=None if spreads_s is None else [1000 * e if e == e else 0.0 for e in spreads_s], capsize=6,
                   color=["indigo" if lab == highlight else "tab:purple" for lab in labels])
     for b, t in zip(bars, step_times_s):  # the value inside the bar, clear of the error bar
         ax.annotate(f"{1000 * t:.0f} ms", (b.get_x() + b.get_width() / 2, 500 * t),
@@ -203,7 +203,7 @@ def plot_knob(labels, step_times_s, xlabel: str, title: str, ax=None, ddp_step_s
                    label=f"DDP, same work: {1000 * ddp_step_s:.0f} ms")
         ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("Horovod time per step (ms)")
+    ax.set_ylabel("Horovod time per step (ms), mean ± 95 % CI")
     ax.set_title(title, fontsize=10)
     ax.figure.tight_layout()
     return ax
@@ -241,9 +241,9 @@ def plot_setting_sweeps(fusion, cycle, lab_row: dict, ddp_row: dict | None, labe
     import matplotlib.pyplot as plt
     for value, t, spread, run in fusion:
         print(f"HOROVOD_FUSION_THRESHOLD {fusion_label(int(value)):>8}: {t:6.3f} +-{spread:.3f} "
-              f"s/step  ({run})")
+              f"s/step (95 % CI)  ({run})")
     for value, t, spread, run in cycle:
-        print(f"HOROVOD_CYCLE_TIME       {value:>5g} ms: {t:6.3f} +-{spread:.3f} s/step  ({run})")
+        print(f"HOROVOD_CYCLE_TIME       {value:>5g} ms: {t:6.3f} +-{spread:.3f} s/step (95 % CI)  ({run})")
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
     ddp_step = ddp_row["step_time_s"] if ddp_row else None
     dark = dark_bar(fusion, lab_row, "fusion_threshold_bytes")
@@ -255,21 +255,23 @@ def plot_setting_sweeps(fusion, cycle, lab_row: dict, ddp_row: dict | None, labe
               f"step time vs cycle time\n(dark: the lab's setting, {dark_bar(cycle, lab_row, 'cycle_time_ms')})",
               ax=axes[1], ddp_step_s=ddp_step,
               highlight=f"{lab_row['cycle_time_ms']:g} ms", spreads_s=[p[2] for p in cycle])
-    fig.suptitle(f"Horovod, {lab_row['workers']} workers, one run per bar (error bar: 1.96 sigma over its "
+    fig.suptitle(f"Horovod, {lab_row['workers']} workers, one run per bar (mean ± 95 % CI over its "
                  f"iterations) -- {label}", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def plot_rows(rows: list[dict], key: str, ylabel: str, title: str, ax=None, reference=()):
-    """Bars of `key` for each row (measured) and each reference row (hatched, labelled)."""
+def plot_rows(rows: list[dict], key: str, ylabel: str, title: str, ax=None, reference=(), err=None):
+    """Bars of `key` for each row (measured) and each reference row (hatched, labelled); `err` names
+    the measured rows' 95 % CI key (e.g. "total_img_sec_ci"), drawn as error bars (none where nan)."""
     import matplotlib.pyplot as plt
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.4))
     labels = [r["run"] for r in rows] + [r["run"].replace(": ", "\n").replace(" (", "\n(")
                                          for r in reference]
     values = [r[key] for r in rows] + [r[key] for r in reference]
-    bars = ax.bar(range(len(values)), values,
+    errs = [r.get(err, 0.0) if err else 0.0 for r in rows] + [0.0] * len(reference)
+    bars = ax.bar(range(len(values)), values, yerr=[e if e == e else 0.0 for e in errs], capsize=4,
                   color=["tab:blue" if r.get("engine") == "horovod" else "tab:green"
                          for r in rows] + ["lightgray"] * len(reference))
     for b in bars[len(rows):]:

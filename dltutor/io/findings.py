@@ -2,8 +2,10 @@
 (dltutor.core.findings): every comparison carries the run's own spread and says "inconclusive
 here" when the gap is inside it.
 
-Spreads: a read pass's samples/s from the times between its batches (`measure.rate_spread`); a
-run's wait share from its per-step shares (`starve.share_spread`).
+Every "±" is a 95 % confidence interval (`dltutor.core.spread`): of a read pass's samples/s from
+the times between its batches (`measure.rate_spread`), of a run's wait, compute and wait share from
+its per-step values (`starve.share_spread`, ...). A pass or run without one (nan: fewer than two
+batches or steps) decides nothing.
 
 * `formats(reads)`: cold small files vs cold shards, raw arrays vs PNG files (warm), cold vs warm;
 * `workers(sweep)`: each num_workers against 0, each prefetch_factor against the smallest;
@@ -14,11 +16,15 @@ run's wait share from its per-step shares (`starve.share_spread`).
 """
 from __future__ import annotations
 
+import math
+
 from dltutor.core.findings import INCONCLUSIVE, compare, differs, fmt
+from dltutor.core.spread import combined
 from dltutor.io.starve import (STARVED, compute_ms, compute_ms_spread, share_spread, summary, wait_ms,
                                wait_ms_spread, wait_share)
 
 RATE = "samples/s"
+NAN = float("nan")   # no interval
 
 
 def _rate(rows, **match):
@@ -27,7 +33,7 @@ def _rate(rows, **match):
 
 def _compare_rates(name_a, a, name_b, b) -> str:
     return compare(name_a, a["samples_per_s"], name_b, b["samples_per_s"], unit=RATE,
-                   spread_a=a.get("spread_per_s", 0.0), spread_b=b.get("spread_per_s", 0.0))
+                   spread_a=a.get("spread_per_s", NAN), spread_b=b.get("spread_per_s", NAN))
 
 
 def formats(reads: list[dict]) -> list[str]:
@@ -55,7 +61,7 @@ def _warm_vs_cold(warm: dict, cold: dict) -> str:
     than the cold one beyond the spreads is not an effect: it shows the passes varying more than
     their within-pass spreads say."""
     said = _compare_rates("warm", warm, "cold", cold)
-    sa, sb = warm.get("spread_per_s", 0.0), cold.get("spread_per_s", 0.0)
+    sa, sb = warm.get("spread_per_s", NAN), cold.get("spread_per_s", NAN)
     if warm["samples_per_s"] >= cold["samples_per_s"] or not differs(warm["samples_per_s"],
                                                                      cold["samples_per_s"], sa, sb):
         return said
@@ -92,17 +98,22 @@ def repeats(rows: list[dict]) -> list[str]:
         if len(passes) < 2:
             continue
         rates = [p["samples_per_s"] for p in passes]
-        spreads = [p.get("spread_per_s", 0.0) for p in passes]
+        spreads = [p.get("spread_per_s", NAN) for p in passes]
         hi, lo = passes[rates.index(max(rates))], passes[rates.index(min(rates))]
         gap = max(rates) - min(rates)
+        if any(math.isnan(x) for x in spreads):
+            out.append(f"{fmt_} ({how}, {w} workers, batch {batch}, {cache}) was read {len(passes)} times: "
+                       + ", ".join(fmt(x, RATE) for x in rates) + f", up to {fmt(gap, RATE)} apart; a pass "
+                       f"too short for an interval (± n/a) leaves the noise between passes {INCONCLUSIVE}.")
+            continue
         out.append(f"{fmt_} ({how}, {w} workers, batch {batch}, {cache}) was read {len(passes)} times: "
                    + ", ".join(fmt(x, RATE) for x in rates)
                    + f". The passes lie up to {fmt(gap, RATE)} ({gap / min(rates):.0%}) apart, while "
-                   f"each pass's own spread was ±{fmt(min(spreads))} to ±{fmt(max(spreads))}"
-                   + (": passes minutes apart vary more than one pass's spread says, so a gap "
+                   f"each pass's own ± (95 % CI) was ±{fmt(min(spreads))} to ±{fmt(max(spreads))}"
+                   + (": passes minutes apart vary more than one pass's interval says, so a gap "
                       f"between two single passes below {fmt(gap, RATE)} is not an effect here."
-                      if differs(max(rates), min(rates), hi.get("spread_per_s", 0.0),
-                                 lo.get("spread_per_s", 0.0)) else ": the passes agree within their spreads."))
+                      if differs(max(rates), min(rates), hi.get("spread_per_s", NAN),
+                                 lo.get("spread_per_s", NAN)) else ": the passes agree within their intervals."))
     return out or ["No configuration was read more than once here: no repeat to compare."]
 
 
@@ -134,8 +145,9 @@ def sharding(rows: list[dict]) -> list[str]:
                    + ("every sample read exactly once." if once else "NOT every sample exactly once."))
     if len(modes) == 2:
         mean = {m: [r for r in rows if r["mode"] == m] for m in modes}
-        avg = {m: {"samples_per_s": sum(r["samples_per_s"] for r in rs) / len(rs),
-                   "spread_per_s": max(r.get("spread_per_s", 0.0) for r in rs)} for m, rs in mean.items()}
+        avg = {m: {"samples_per_s": sum(r["samples_per_s"] for r in rs) / len(rs),   # ranks independent:
+                   "spread_per_s": combined(*(r.get("spread_per_s", NAN) for r in rs)) / len(rs)}
+               for m, rs in mean.items()}
         kind = {m: "/".join(dict.fromkeys(str(r.get("format")) for r in rs)) for m, rs in mean.items()}
         line = "Mean per rank: " + _compare_rates(f"{modes[0]} ({kind[modes[0]]})", avg[modes[0]],
                                                   f"{modes[1]} ({kind[modes[1]]})", avg[modes[1]])
@@ -194,7 +206,12 @@ def starving(timelines: dict) -> list[str]:
 
 
 def _ratio(a: float, b: float, sa: float, sb: float) -> str:
-    return f"{a / b:.3g}x" if b and differs(a, b, sa, sb) else "inside the spreads"
+    if math.isnan(sa) or math.isnan(sb):
+        return NO_INTERVAL
+    return f"{a / b:.3g}x" if b and differs(a, b, sa, sb) else INSIDE
+
+
+INSIDE, NO_INTERVAL = "inside the spreads", "no interval: too few steps"
 
 
 def _parts(rows) -> dict:
@@ -213,7 +230,7 @@ def _two_runs(head: str, ra, rb, same_model: bool = False) -> str:
     line = (f"{head}: wait per step {fmt(pa['wait'][0], 'ms')} vs {fmt(pb['wait'][0], 'ms')} ({said['wait']}), "
             f"compute {fmt(pa['compute'][0], 'ms')} vs {fmt(pb['compute'][0], 'ms')} ({said['compute']}), "
             f"wait share {pa['share'][0]:.3g}% vs {pb['share'][0]:.3g}% ({said['share']})")
-    sign = lambda k: 0 if said[k] == "inside the spreads" else (1 if pa[k][0] > pb[k][0] else -1)  # noqa: E731
+    sign = lambda k: 0 if said[k] in (INSIDE, NO_INTERVAL) else (1 if pa[k][0] > pb[k][0] else -1)  # noqa: E731
     notes = []
     if sign("share") and sign("wait") != sign("share"):
         notes.append("the share moved while the wait per step did not move with it -- the compute did, "
@@ -253,7 +270,7 @@ def exercise(timelines: dict) -> list[str]:
         verdict = _starved(rows)
         out.append(f"{name}: a batch arrived after {fmt(row['wait_ms'], 'ms')} of waiting, the step "
                    f"computed {fmt(row['compute_ms'], 'ms')}; wait share {row['wait_share']:.0%} "
-                   f"± {row['share_spread']:.0%} -> "
+                   f"±{fmt(100 * row['share_spread'], '%')} -> "
                    + (INCONCLUSIVE_LINE if verdict == "on the line" else verdict) + ".")
     starved = sorted(n for n, rows in timelines.items() if _starved(rows) == "starved")
     out.append("Starved in this run: " + (", ".join(starved) if starved else "none") + ".")

@@ -129,22 +129,15 @@ def read_rate(make_loader, paths, cold: bool = True, max_batches: int | None = N
                 resident_before=resident, cache=cache_state(resident))
 
 
-def mean_spread(values) -> float:
-    """Half-width of a ~95 % interval of the mean of `values`: 1.96 standard errors (0 for < 2)."""
-    n = len(values)
-    if n < 2:
-        return 0.0
-    mean = sum(values) / n
-    return 1.96 * (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 / n ** 0.5
-
-
 def rate_spread(rate: float, gaps) -> float:
-    """The spread of a pass's samples/s from the times between its batches (`gaps`, step 0 left
-    out): `rate` x the relative 95 % half-width of the mean gap. Fewer than two gaps: `rate`
-    itself, i.e. this pass alone cannot tell a difference."""
+    """The ± of a pass's samples/s from the times between its batches (`gaps`, the first batch
+    left out): `rate` x the relative 95 % confidence interval of the mean gap
+    (`dltutor.core.spread.mean_ci`; a rate is samples / time, so its relative ± is the time's).
+    Fewer than two gaps: nan, this pass alone gives no interval."""
+    from dltutor.core.spread import mean_ci
     if len(gaps) < 2:
-        return rate
-    return rate * mean_spread(gaps) / (sum(gaps) / len(gaps))
+        return float("nan")
+    return rate * mean_ci(gaps) / (sum(gaps) / len(gaps))
 
 
 def copy_files(paths, src_root, dst_root) -> dict:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dltutor.core.plots import labels
 
+NAN = float("nan")   # no interval: no error bar
+
 DATA = "Fashion-MNIST"
 
 
@@ -16,14 +18,16 @@ def _save(fig, path):
     return fig
 
 
-def _grouped_bars(ax, groups, series, values, unit, log=False):
-    """Bars of values[(group, series)] side by side per group, each labelled with its value."""
+def _grouped_bars(ax, groups, series, values, unit, log=False, errors=None):
+    """Bars of values[(group, series)] side by side per group, each labelled with its value;
+    `errors[(group, series)]`: error bars (a rate's ± 95 % CI; nan: none drawn)."""
     import numpy as np
     width = 0.8 / len(series)
     for k, s in enumerate(series):
         xs = np.arange(len(groups)) + (k - (len(series) - 1) / 2) * width
         vals = [values.get((g, s)) or 0 for g in groups]
-        bars = ax.bar(xs, vals, width, label=str(s))
+        err = [(errors or {}).get((g, s), float("nan")) for g in groups] if errors else None
+        bars = ax.bar(xs, vals, width, label=str(s), yerr=err, capsize=3 if errors else 0)
         for b, v in zip(bars, vals):
             if v:
                 ax.text(b.get_x() + b.get_width() / 2, v, f"{v:,.0f}" if v >= 10 else f"{v:.2g}",
@@ -43,8 +47,9 @@ def plot_formats(rows, path=None):
     caches = list(dict.fromkeys(r["cache"] for r in rows))
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
     _grouped_bars(a, fmts, caches, {(r["format"], r["cache"]): r["samples_per_s"] for r in rows},
-                  "samples/s (higher is better, log scale)", log=True)
-    a.set_title("read throughput")
+                  "samples/s (higher is better, log scale)", log=True,
+                  errors={(r["format"], r["cache"]): r.get("spread_per_s", NAN) for r in rows})
+    a.set_title("read throughput (bars: ± 95 % CI)")
     _grouped_bars(b, fmts, caches, {(r["format"], r["cache"]): 1e3 * r["ttfb_s"] for r in rows},
                   "ms (lower is better, log scale)", log=True)
     b.set_title("time to first batch")
@@ -59,7 +64,8 @@ def plot_workers(rows, path=None):
     for pf in sorted({r["prefetch"] for r in rows}):
         sel = sorted((r for r in rows if r["prefetch"] == pf), key=lambda r: r["workers"])
         ws = [r["workers"] for r in sel]
-        a.plot(ws, [r["samples_per_s"] for r in sel], "o-", label=f"prefetch_factor={pf}")
+        a.errorbar(ws, [r["samples_per_s"] for r in sel], yerr=[r.get("spread_per_s", NAN) for r in sel],
+                   fmt="o-", capsize=3, label=f"prefetch_factor={pf} (mean ± 95 % CI)")
         b.plot(ws, [1e3 * r["ttfb_s"] for r in sel], "o-", label=f"prefetch_factor={pf}")
     for ax, unit in ((a, "samples/s (higher is better)"), (b, "time to first batch, ms")):
         ax.set_xlabel("DataLoader num_workers")
@@ -84,8 +90,9 @@ def plot_sharding(rows, path=None):
     a.set_title("who reads how much")
     _grouped_bars(b, groups, modes,
                   {(f"rank {r['rank']}", r["mode"]): r["samples_per_s"] for r in rows},
-                  "samples/s per rank (higher is better)")
-    b.set_title("read throughput per rank")
+                  "samples/s per rank (higher is better)",
+                  errors={(f"rank {r['rank']}", r["mode"]): r.get("spread_per_s", NAN) for r in rows})
+    b.set_title("read throughput per rank (bars: ± 95 % CI)")
     fig.suptitle(f"{len(ranks)} ranks reading one data set {labels(DATA)}")
     return _save(fig, path)
 

@@ -90,10 +90,11 @@ def wait_share(rows, skip_first: bool = True) -> float:
 
 
 def share_spread(rows, skip_first: bool = True) -> float:
-    """~95 % half-width of the wait share, from the per-step shares (step 0 left out)."""
-    from dltutor.io.measure import mean_spread
+    """95 % confidence interval (half-width) of the wait share, from the per-step shares (step 0
+    left out; `dltutor.core.spread.mean_ci`, nan below two steps)."""
+    from dltutor.core.spread import mean_ci
     rows = rows[1:] if skip_first and len(rows) > 1 else rows
-    return mean_spread([r["wait_s"] / (r["wait_s"] + r["compute_s"]) for r in rows
+    return mean_ci([r["wait_s"] / (r["wait_s"] + r["compute_s"]) for r in rows
                         if r["wait_s"] + r["compute_s"] > 0])
 
 
@@ -108,9 +109,10 @@ def wait_ms(rows, skip_first: bool = True, key: str = "wait_s") -> float:
 
 
 def wait_ms_spread(rows, skip_first: bool = True, key: str = "wait_s") -> float:
-    """~95 % half-width of `wait_ms`, from the per-step waits (step 0 left out)."""
-    from dltutor.io.measure import mean_spread
-    return mean_spread([1e3 * r[key] for r in _steady(rows, skip_first)])
+    """95 % confidence interval (half-width) of `wait_ms`, from the per-step waits (step 0 left
+    out; nan below two steps)."""
+    from dltutor.core.spread import mean_ci
+    return mean_ci([1e3 * r[key] for r in _steady(rows, skip_first)])
 
 
 def compute_ms(rows, skip_first: bool = True) -> float:

@@ -1,10 +1,11 @@
 """What notebook 06's runs showed, in sentences built from their numbers (dltutor.core.findings).
 
 * `tp(rows)`: the TP checks (errors against the fp32 tolerance), all-reduces counted beside
-  Megatron's one per block and direction, bytes beside the formula, and the timings (the fastest
-  of the lab's alternated runs; decided only where the runs of split and whole do not overlap);
+  Megatron's one per block and direction, bytes beside the formula, and the timings (the mean
+  of the lab's alternated runs ± its 95 % confidence interval; decided only beyond the two);
 * `bubble(rows)`: per (p, schedule) how the measured bubble moves with m, how far it sits from
-  (p-1)/(m+p-1) and whether that gap grows with m (spread: half the min-max range of the steps);
+  (p-1)/(m+p-1) and whether that gap grows with m (spread: the 95 % confidence interval of the
+  mean over the timed steps, `dltutor.core.spread`; one step gives none);
 * `schedules(rows)`: 1F1B's bubble beside GPipe's at each m, against the two spreads;
 * `real_compute(rows)`: the real-compute table as `bubble`, and beside 1 - 1/p (no overlap);
 * `in_flight(rows)`: the most micro-batches a stage held, GPipe beside 1F1B (1F1B's point);
@@ -12,7 +13,9 @@
 """
 from __future__ import annotations
 
-from dltutor.core.findings import INCONCLUSIVE, against, differs, fmt, trend
+import math
+
+from dltutor.core.findings import INCONCLUSIVE, against, compare, differs, fmt, trend
 
 TOLERANCE = 1e-5      # fp32 rounding: the tolerance tests/test_model_parallel.py holds the checks to
 BUBBLE_FLOOR = 0.02   # timer and scheduling jitter: a bubble within this of the formula "agrees"
@@ -44,18 +47,12 @@ def tp(rows: list[dict], tolerance: float = TOLERANCE) -> list[str]:
 
 def _speed(r: dict) -> tuple[str, int]:
     """One row's split-vs-whole sentence and its verdict: -1 split faster, 1 slower, 0 undecided.
-    Decided only when the runs do not overlap: every split run faster than every whole run (or
-    slower), the two having been alternated run by run."""
-    head = (f"{r['block']} on {r['ranks']} ranks: split {fmt(r['ms split'], 'ms')} vs whole "
-            f"{fmt(r['ms whole'], 'ms')}, the fastest of {r['runs']} alternated runs each (slowest "
-            f"{fmt(r['slowest split'])} and {fmt(r['slowest whole'], 'ms')})")
-    if r["slowest split"] < r["ms whole"]:
-        return head + f": split is {r['ms split'] / r['ms whole']:.2f}x whole, every split run " \
-                      "faster than every whole run.", -1
-    if r["ms split"] > r["slowest whole"]:
-        return head + f": split is {r['ms split'] / r['ms whole']:.2f}x whole, every split run " \
-                      "slower than every whole run.", 1
-    return head + f": the runs overlap, {INCONCLUSIVE}.", 0
+    Each time is the mean of the lab's runs (split and whole alternated run by run) with its 95 %
+    confidence interval; decided only when the gap is larger than the two combined."""
+    a, b, sa, sb = r["ms split"], r["ms whole"], r["± split"], r["± whole"]
+    said = compare("split", a, "whole", b, unit="ms", spread_a=sa, spread_b=sb)
+    head = f"{r['block']} on {r['ranks']} ranks, mean of {r['runs']} alternated runs each: {said}"
+    return head, (0 if not differs(a, b, sa, sb) else (-1 if a < b else 1))
 
 
 def timings(rows: list[dict]) -> list[str]:
@@ -76,7 +73,17 @@ def timings(rows: list[dict]) -> list[str]:
 
 
 def _spread(row: dict) -> float:
-    return row.get("spread", 0.0)
+    """The row's ± (95 % CI of its mean bubble); nan where the row has none: no interval."""
+    return row.get("spread", float("nan"))
+
+
+def _against(name: str, row: dict, expected: float, floor: float, source: str) -> str:
+    """`against` with the larger of `floor` and the row's ±; without an interval (one step),
+    INCONCLUSIVE: one value decides nothing."""
+    if math.isnan(_spread(row)):
+        return (f"{name}: {fmt(row['measured'])} measured vs {fmt(expected)} from {source}: {INCONCLUSIVE}, "
+                "one timed step gives no interval.")
+    return against(name, row["measured"], expected, tolerance=max(floor, _spread(row)), source=source)
 
 
 def _groups(rows):
@@ -99,8 +106,7 @@ def bubble(rows: list[dict], floor: float = BUBBLE_FLOOR) -> list[str]:
             out.append(trend(f"{sched} gap to {FORMULA} (measured - formula, p={p})", ms,
                              [r["measured"] - r["formula"] for r in pts], x_name="m", spreads=spreads))
         last = pts[-1]
-        out.append(against(f"{sched} bubble at m={last['m']} (p={p})", last["measured"], last["formula"],
-                           tolerance=max(floor, _spread(last)), source=FORMULA))
+        out.append(_against(f"{sched} bubble at m={last['m']} (p={p})", last, last["formula"], floor, FORMULA))
     return out
 
 
@@ -134,9 +140,8 @@ def real_compute(rows: list[dict], floor: float = BUBBLE_FLOOR) -> list[str]:
     out = bubble(rows, floor)
     for p, sched, pts in _groups(rows):
         last = pts[-1]
-        out.append(against(f"{sched} bubble with real compute at m={last['m']} (p={p})", last["measured"],
-                           1 - 1 / p, tolerance=max(floor, _spread(last)),
-                           source="1 - 1/p, the bubble of stages that never work at the same time"))
+        out.append(_against(f"{sched} bubble with real compute at m={last['m']} (p={p})", last, 1 - 1 / p,
+                            floor, "1 - 1/p, the bubble of stages that never work at the same time"))
     return out
 
 

@@ -46,7 +46,8 @@ def plot_timelines(runs: list, path=None, note: str = ""):
 
 
 def plot_bubble(rows: list, path=None, note: str = ""):
-    """Measured bubble per (schedule, m) as points, the formula (p-1)/(m+p-1) as a line."""
+    """Measured bubble per (schedule, m) as points (mean of the steps ± 95 % CI), the formula
+    (p-1)/(m+p-1) as a line."""
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for p in sorted({r["stages"] for r in rows}):
@@ -56,8 +57,9 @@ def plot_bubble(rows: list, path=None, note: str = ""):
         for sched, marker in (("gpipe", "o"), ("1f1b", "s")):
             pts = [r for r in rows if r["stages"] == p and r["schedule"] == sched]
             if pts:
-                ax.plot([r["m"] for r in pts], [r["measured"] for r in pts], marker, ms=7,
-                        label=f"{sched} measured, p={p}")
+                ax.errorbar([r["m"] for r in pts], [r["measured"] for r in pts],
+                            yerr=[r.get("spread", float("nan")) for r in pts], fmt=marker, ms=7, capsize=3,
+                            label=f"{sched} measured (mean ± 95 % CI), p={p}")
                 for r in pts:
                     ax.annotate(f"{r['measured']:.2f}", (r["m"], r["measured"]), fontsize=7,
                                 xytext=(4, 4), textcoords="offset points")

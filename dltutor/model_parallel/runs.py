@@ -7,7 +7,7 @@ from __future__ import annotations
 from dltutor.core.course import lab
 from dltutor.core.device import plan_ranks
 from dltutor.core.env import cpu_cores
-from dltutor.core.findings import half_range
+from dltutor.core.spread import mean_and_ci
 from dltutor.launch.run import launch
 from dltutor.model_parallel.pipeline import bubble_formula
 
@@ -62,7 +62,8 @@ def run_pipeline(nproc: int = 2, env=None, oversubscribe: bool = False, echo: bo
 
 def tp_rows(report: dict) -> list[dict]:
     """One row per block: the three checks, the bytes counted beside the formula, and the times:
-    `ms whole`/`ms split` the fastest of `runs` alternated runs, `slowest ...` the slowest."""
+    `ms whole`/`ms split` the mean of `runs` alternated runs, `± whole`/`± split` the 95 %
+    confidence interval of that mean (`dltutor.core.spread`; nan with one run)."""
     n = report["world_size"]
     return [{"ranks": n, "block": b["block"], "out err": b["out_err"], "grad err": b["grad_err"],
              "DTensor err": max(b["dtensor_out_err"], b["dtensor_grad_err"]),
@@ -72,19 +73,38 @@ def tp_rows(report: dict) -> list[dict]:
                                 f"{b['dtensor_collectives']['backward']}",
              "bytes each": b["bytes_forward"], "formula bytes": b["formula_bytes"],
              "params/rank": b["params_per_rank"], "params whole": b["params_full"],
-             "ms whole": b["ms_whole"], "ms split": b["ms_split"],
-             "slowest whole": max(b.get("ms_whole_runs") or [b["ms_whole"]]),
-             "slowest split": max(b.get("ms_split_runs") or [b["ms_split"]]),
-             "runs": b.get("timed_runs", 1)} for b in report["blocks"]]
+             **_times(b), "runs": b.get("timed_runs", 1)} for b in report["blocks"]]
+
+
+def _times(block: dict) -> dict:
+    """A block's mean whole and split times (ms) over the lab's runs, each with its 95 % CI."""
+    out = {}
+    for form in ("whole", "split"):
+        mean, ci = mean_and_ci(block.get(f"ms_{form}_runs") or [block[f"ms_{form}"]])
+        out.update({f"ms {form}": mean, f"± {form}": ci})
+    return out
+
+
+BUBBLE_HEADERS = {"measured": "measured (mean of steps)", "spread": "± (95 % CI)"}
+"""Headers for `bubble_rows` in a table: what the measured value and its ± are."""
 
 
 def bubble_rows(report: dict) -> list[dict]:
-    """One row per (schedule, m): the median bubble over the timed steps, `spread` = half the
-    min-max range of those steps (0 with one step), the formula and the most micro-batches held."""
-    return [{"stages": r["stages"], "schedule": r["schedule"], "m": r["m"],
-             "measured": r["bubble"], "spread": half_range(r.get("bubbles") or [r["bubble"]]), "formula": r["formula"],
-             "difference": r["bubble"] - r["formula"], "step ms": r["step_s"] * 1e3,
-             "max in flight": max(r["in_flight"])} for r in report["runs"]]
+    """One row per (schedule, m): the mean bubble over the timed steps (the lab's warm-up step
+    left out), `spread` = the 95 % confidence interval of that mean (`dltutor.core.spread`; nan
+    with one step: no interval), the formula and the most micro-batches held."""
+    out = []
+    for r in report["runs"]:
+        mean, ci = mean_and_ci(r.get("bubbles") or [r["bubble"]])   # = _mean_bubble(r)
+        out.append({"stages": r["stages"], "schedule": r["schedule"], "m": r["m"], "measured": mean,
+                    "spread": ci, "formula": r["formula"], "difference": mean - r["formula"],
+                    "step ms": r["step_s"] * 1e3, "max in flight": max(r["in_flight"])})
+    return out
+
+
+def _mean_bubble(run: dict) -> float:
+    """A (schedule, m) run's bubble as the tables show it: the mean over its timed steps."""
+    return mean_and_ci(run.get("bubbles") or [run["bubble"]])[0]
 
 
 def check_rows(report: dict) -> list[dict]:
@@ -151,15 +171,16 @@ def strategy_table(tp: dict, pp: dict, dp_scaling: str = "see notebook 02") -> l
         "data": ("not run here", f"gradient all-reduce once per step; measured in {dp_scaling}"),
         "model (pipeline)": (
             f"measured ({pp['work']})",
-            f"{worst['schedule']} bubble {worst['bubble']:.2f} at m={worst['m']} -> "
-            f"{best['bubble']:.2f} at m={best['m']} (formula {bubble_formula(p, worst['m']):.2f} -> "
+            f"{worst['schedule']} bubble {_mean_bubble(worst):.2f} at m={worst['m']} -> "
+            f"{_mean_bubble(best):.2f} at m={best['m']}, means of the steps (formula {bubble_formula(p, worst['m']):.2f} -> "
             f"{bubble_formula(p, best['m']):.2f}), p={p}"),
         "tensor": (
-            f"measured (bytes counted, time the fastest of {mlp.get('timed_runs', 1)} runs)",
+            f"measured (bytes counted, time the mean of {mlp.get('timed_runs', 1)} runs)",
             f"{mlp['params_per_rank']:,}/{mlp['params_full']:,} MLP params per rank, "
             f"{mlp['allreduce_forward']}+{mlp['allreduce_backward']} all-reduces of {mlp['bytes_forward']:,} B per block; "
-            f"fwd+bwd {mlp['ms_split']:.1f} ms split on {tp['world_size']} ranks vs "
-            f"{mlp['ms_whole']:.1f} ms whole ({tp['hardware']}; fastest runs)"),
+            f"fwd+bwd {_times(mlp)['ms split']:.1f} ms split on {tp['world_size']} ranks vs "
+            f"{_times(mlp)['ms whole']:.1f} ms whole ({tp['hardware']}; means of the runs, compared "
+            "in the findings)"),
     }
     return [{"strategy": name, "what is split": split, "when to use": when, "kind": ours[name][0],
              "this notebook": ours[name][1]} for name, (split, when) in SEED_003.items()]

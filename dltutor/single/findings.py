@@ -5,10 +5,13 @@
     bottleneck(rows)          which case the speed table was in: the input pipeline or the compute
     batch_sizes(results)      the batch-size exercise: the fastest size, or "inconclusive here"
 
-A throughput's spread is half the range of its separately timed chunks (`core.findings.half_range`); a
+A throughput's spread is the 95 % confidence interval of the mean img/s of its separately timed
+chunks (`core.spread.mean_ci`; a row without one has no interval, nan, and decides nothing); a
 test accuracy's is the 95 % binomial half-width on the test images (`core.findings.accuracy_halfwidth`).
 """
 from __future__ import annotations
+
+import math
 
 from dltutor.core import env
 from dltutor.core.findings import INCONCLUSIVE, accuracy_halfwidth, compare, differs, fmt, trend
@@ -16,6 +19,12 @@ from dltutor.core.findings import INCONCLUSIVE, accuracy_halfwidth, compare, dif
 ON_DEVICE = "data on device"
 NO_WORKERS = "DataLoader, 0 workers"
 CHANCE = 0.10   # 10 classes: the accuracy of guessing
+
+
+def _ci(row: dict) -> float:
+    """A row's ± (95 % CI of its mean img/s); nan (no interval, decides nothing) when it has none."""
+    v = row.get("spread")
+    return math.nan if v is None else float(v)
 
 
 def _reference(row: dict, rows: list[dict]) -> dict:
@@ -37,7 +46,7 @@ def speed(rows: list[dict]) -> list[str]:
     head = f"Fastest here: {best['variant']} ({fmt(best['img_per_s'], 'img/s')})"
     if len(ranked) > 1:
         second = ranked[1]
-        if differs(best["img_per_s"], second["img_per_s"], best.get("spread", 0), second.get("spread", 0)):
+        if differs(best["img_per_s"], second["img_per_s"], _ci(best), _ci(second)):
             head += f", ahead of every other variant beyond the spreads (next: {second['variant']})."
         else:
             head += (f", but {second['variant']} ({fmt(second['img_per_s'], 'img/s')}) is inside the "
@@ -48,7 +57,7 @@ def speed(rows: list[dict]) -> list[str]:
         if r is ref or not ref.get("img_per_s"):
             continue
         out.append(compare(r["variant"], r["img_per_s"], ref["variant"], ref["img_per_s"],
-                           unit="img/s", spread_a=r.get("spread", 0), spread_b=ref.get("spread", 0)))
+                           unit="img/s", spread_a=_ci(r), spread_b=_ci(ref)))
     skipped = [f"{r['variant']}: {r['status']}" for r in rows if not r.get("img_per_s")]
     if skipped:
         out.append("Not measured in this run: " + "; ".join(skipped) + ".")
@@ -68,7 +77,7 @@ def bottleneck(rows: list[dict]) -> str:
                 f"known: {NO_WORKERS} or every input-pipeline variant was not measured.")
 
     def gap(r):    # +1 faster than 0 workers beyond the spreads, -1 slower, 0 inside them
-        if not differs(r["img_per_s"], base["img_per_s"], r.get("spread", 0), base.get("spread", 0)):
+        if not differs(r["img_per_s"], base["img_per_s"], _ci(r), _ci(base)):
             return 0
         return 1 if r["img_per_s"] > base["img_per_s"] else -1
 
@@ -115,7 +124,7 @@ def batch_sizes(results: dict, spreads: dict | None = None) -> list[str]:
     if len(ranked) > 1:
         nxt = ranked[1]
         out.append(compare(f"batch {best}", results[best], f"batch {nxt}", results[nxt], unit="img/s",
-                           spread_a=spreads.get(best, 0), spread_b=spreads.get(nxt, 0)))
+                           spread_a=spreads.get(best, math.nan), spread_b=spreads.get(nxt, math.nan)))
     if not spreads:
         out.append("One measurement per size and no spread: rerun it before trusting the order.")
     return out

@@ -14,7 +14,7 @@ import torch
 
 from dltutor.core.device import amp_dtype, autocast, synchronize, to_device
 from dltutor.core.device import device as default_device
-from dltutor.core.findings import half_range
+from dltutor.core import spread as ci
 from dltutor.core.tables import Table
 from dltutor.core.train_step import train_step
 from dltutor.single.train import default_optimizer
@@ -22,13 +22,14 @@ from dltutor.single.train import default_optimizer
 # torch can autocast to bf16 on a CPU too (torch.autocast("cpu", dtype=torch.bfloat16)); the course's
 # CPU rows train in fp32, so on a CPU the AMP row is not timed, and says so instead of "needs a GPU".
 NOT_TIMED_ON_CPU = "on a CPU the course trains in fp32, so not timed (torch's CPU bf16 autocast exists)"
-CHUNKS = 5   # measure_throughput times its steps in up to 5 pieces: their range is the spread
+CHUNKS = 5   # measure_throughput times its steps in up to 5 pieces: the 95 % CI of their mean img/s is the ±
 
 
 def measure_throughput(model, batches, steps: int = 20, warmup: int = 3, device=None, optimizer=None,
                        channels_last: bool = False, amp: bool = False) -> dict:
     """Training images/s over `steps` timed steps (after `warmup` untimed ones), data loading included;
-    `spread` is half the range of the img/s of its (up to CHUNKS) separately timed pieces.
+    `spread` is the 95 % confidence interval (half-width) of the mean img/s of its (up to CHUNKS)
+    separately timed pieces (`core.spread.mean_ci`; nan when only one piece was timed).
 
     `batches` is any iterable of (x, y): a DataLoader, a DeviceLoader or a list; it is re-iterated
     when it runs out."""
@@ -64,14 +65,14 @@ def measure_throughput(model, batches, steps: int = 20, warmup: int = 3, device=
     synchronize(device)
     seconds = time.perf_counter() - t0
     return {"img_per_s": images / seconds, "images": images, "seconds": seconds, "steps": steps,
-            "spread": half_range(rates)}
+            "spread": ci.mean_ci(rates)}
 
 
 def compare_speed(make_model, train_ds, batch_size: int = 64, steps: int = 20, warmup: int = 3,
                   device=None, workers=(0, 2), try_compile: bool = True, seed: int = 0,
                   compile_note: str = "skipped") -> list[dict]:
     """Rows {variant, img_per_s, spread, speedup, status} for the "make one device fast" comparison
-    (spread: half the range of its chunks' img/s, `core.findings.half_range`).
+    (spread: the 95 % CI of the mean img/s of its timed chunks, `core.spread.mean_ci`).
 
     make_model: a function returning a fresh model. try_compile=False reports torch.compile as
     `compile_note` (e.g. 'skipped in fast mode') instead of measuring it."""
@@ -129,8 +130,8 @@ def compare_speed(make_model, train_ds, batch_size: int = 64, steps: int = 20, w
 
 
 def speed_table(rows: list[dict], title: str = "") -> Table:
-    """The `compare_speed` rows as a table (img/s, its spread, speed-up over the first row, status)."""
+    """The `compare_speed` rows as a table (img/s, its 95 % CI, speed-up over the first row, status)."""
     shown = [{**r, "speedup": f"{r['speedup']:.2f}x" if r.get("speedup") else ""} for r in rows]
     return Table(shown, ["variant", "img_per_s", "spread", "speedup", "status"], title=title,
-                 headers={"img_per_s": "img/s", "spread": "± (half range)", "speedup": "vs first"},
+                 headers={"img_per_s": "img/s", "spread": "± (95 % CI)", "speedup": "vs first"},
                  digits=0, left=("status",), missing="n/a")

@@ -11,6 +11,8 @@ spread says "inconclusive here" (`dltutor.core.findings.INCONCLUSIVE`).
 """
 from __future__ import annotations
 
+import math
+
 import re
 from pathlib import Path
 
@@ -195,7 +197,8 @@ def ratio_findings(rows, tolerance: float = RATIO_TOLERANCE) -> list[str]:
 
 
 def speed_findings(rows, base: str = "zero0") -> list[str]:
-    """Samples/s of every config beside `base`'s, with each run's per-step spread."""
+    """Samples/s of every config beside `base`'s, each ± the 95 % CI of its mean per-step rate; a
+    run without one (fewer than 2 steady steps: nan) decides nothing (`core.findings.compare`)."""
     ref = next((r for r in rows if r["config"] == base), None)
     if ref is None or not ref.get("samples_per_s"):
         return [f"no {base} run with a speed in these rows: nothing to compare against."]
@@ -203,11 +206,12 @@ def speed_findings(rows, base: str = "zero0") -> list[str]:
     for r in rows:
         if r is ref or not r.get("samples_per_s"):
             continue
-        sa, sb = r.get("samples_per_s_spread"), ref.get("samples_per_s_spread")
+        sa, sb = (math.nan if x.get("samples_per_s_spread") is None else x["samples_per_s_spread"]
+                  for x in (r, ref))
         line = compare(r["label"], r["samples_per_s"], ref["label"], ref["samples_per_s"],
-                       unit="samples/s", spread_a=sa or 0.0, spread_b=sb or 0.0)
-        if sa is None or sb is None:
-            line += " (fewer than 2 timed steps: no spread, read it as indicative only)"
+                       unit="samples/s", spread_a=sa, spread_b=sb)
+        if math.isnan(sa) or math.isnan(sb):
+            line += " (Fewer than 2 steady timed steps in one of the runs.)"
         out.append(line)
     return out
 

@@ -99,20 +99,23 @@ def plot_predicted_vs_measured(rows, title: str = "Model-state memory per rank",
 
 
 def plot_samples_per_s(rows, title: str = "Training speed", path=None):
-    """Bars of samples/s per config with the ratio to stage 0 written beside each bar."""
+    """Bars of samples/s per config (mean of the steady steps, error bar its 95 % CI; none where a
+    run has no interval) with the ratio to stage 0 written beside each bar."""
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.6))
     names = [f"{r['label']} ({r['ranks']} rank{'s' * (r['ranks'] > 1)})" for r in rows][::-1]
     vals = [r.get("samples_per_s") or 0 for r in rows][::-1]
-    bars = ax.barh(names, vals, color="tab:purple")
-    top = max(vals + [1e-9])
-    for bar, r in zip(bars, rows[::-1]):
+    errs = [r.get("samples_per_s_spread") for r in rows][::-1]
+    errs = [e if e is not None and e == e else 0.0 for e in errs]
+    bars = ax.barh(names, vals, xerr=errs, capsize=4, color="tab:purple")
+    top = max([v + e for v, e in zip(vals, errs)] + [1e-9])
+    for bar, r, e in zip(bars, rows[::-1], errs):
         rel = r.get("speed_vs_stage0")
         text = f"{bar.get_width():.2f}" + (f"  ({rel:.2f}x stage 0)" if rel else "")
-        ax.text(bar.get_width() + 0.01 * top, bar.get_y() + bar.get_height() / 2, text,
+        ax.text(bar.get_width() + e + 0.01 * top, bar.get_y() + bar.get_height() / 2, text,
                 va="center", fontsize=9)
     ax.set_xlim(0, top * 1.5)
-    ax.set_xlabel("samples/s, all ranks together (higher is better)")
+    ax.set_xlabel("samples/s, all ranks together, mean ± 95 % CI (higher is better)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(f"{title} {labels()}", fontsize=10)
     return _finish(fig, path)

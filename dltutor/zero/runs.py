@@ -9,7 +9,10 @@ report into rows (one per config) that notebook 04 prints and plots.
 Memory in a row is per rank (rank 0), in MiB: `params_MiB` / `grads_MiB` / `optimizer_MiB` /
 `measured` are the model-state bytes the rank really held (dltutor.zero.memory.ModelStateMeter),
 `predicted` the formula's M_m + M_o + M_g for the same stage and d; `peak_rss` the process
-high-water mark; `samples_per_s_spread` half the min-max range of the per-step rates.
+high-water mark; `samples_per_s` the mean of the per-step rates of the steady timed steps (the
+first timed step, which also runs the memory meter, left out: METER_STEPS) and
+`samples_per_s_spread` its 95 % confidence interval (`core.spread.rate_ci`; nan below 2 steps);
+`samples_per_s_lab` the rate the lab printed (all timed steps, meter step included).
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import re
 from pathlib import Path
 
 from dltutor.core import course
-from dltutor.core.findings import half_range
+from dltutor.core.spread import rate_ci
 from dltutor.core.units import MiB
 from dltutor.zero import bert_lab, swap_buffers
 from dltutor.core.engines import clear_stale_deepspeed_shm, engine_env
@@ -51,21 +54,25 @@ def row_of(m: dict, config: str, nproc: int) -> dict:
     row["measured"] = held.get("total", 0) / MiB
     row["predicted"] = pred.get("model_states", 0) / MiB
     row["ratio"] = row["measured"] / row["predicted"] if row["predicted"] else None
-    row["samples_per_s"] = m.get("samples_per_s")
-    row["samples_per_s_spread"] = rate_spread(m.get("samples_per_s"), m.get("step_s"))
+    row["samples_per_s_lab"] = m.get("samples_per_s")
+    row["samples_per_s"], row["samples_per_s_spread"] = rate_spread(m.get("samples_per_s"), m.get("step_s"))
     row["peak_rss"] = (m.get("VmHWM") or m.get("peak_rss") or 0) / MiB
     row["losses"] = m.get("losses")
     row["budget_MiB"] = (m.get("budget_bytes") or 0) / MiB or None
     return row
 
 
-def rate_spread(samples_per_s, step_s) -> float | None:
-    """Half the min-max range of the per-step rates (each timed step alone); None below 2 steps."""
-    if not samples_per_s or not step_s or len(step_s) < 2:
-        return None
+METER_STEPS = 1   # the labs' first timed step (--measure_iter 1) also runs the memory meter
+
+
+def rate_spread(samples_per_s, step_s, warmup: int = METER_STEPS) -> tuple[float | None, float]:
+    """(mean samples/s, its 95 % CI) over the per-step rates (each timed step alone) after the
+    first `warmup` timed steps; (the lab's rate, nan) when no per-step times came back, nan ± where
+    fewer than 2 steady steps are left (one value has no interval)."""
+    if not samples_per_s or not step_s or len(step_s) <= warmup:
+        return samples_per_s, math.nan
     per_step = samples_per_s * sum(step_s) / len(step_s)      # samples in one step
-    rates = [per_step / t for t in step_s if t > 0]
-    return half_range(rates)
+    return rate_ci([per_step / t for t in step_s if t > 0], warmup=warmup)
 
 
 def _args(config: str, sizes: dict, budget_mb=None, nvme_dir=None) -> list[str]:

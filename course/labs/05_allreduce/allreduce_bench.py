@@ -86,7 +86,7 @@ def main(argv=None) -> int:
             for nbytes in a.sizes:
                 for name in a.algorithms:
                     t, slowest = spans[(name, nbytes)]
-                    row = result_row(name, nbytes, (t, slowest), n, summary["checks"][name])
+                    row = result_row(name, nbytes, spans[(name, nbytes)], n, summary["checks"][name])
                     summary["results"].append(row)
                     say(f"{fmt_bytes(nbytes):>9} {name:<19} {t * 1e6:11.1f} {row['algbw_GBps']:11.3f} "
                         f"{row['busbw_GBps']:11.3f}  {t * 1e6:10.0f}..{slowest * 1e6:.0f}")
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
                 for nbytes in a.sizes:
                     t = spans[nbytes][0]  # None except on rank 0
                     if rank == 0:
-                        summary["pingpong"].append({"bytes": nbytes, "time_s": t})
+                        summary["pingpong"].append({"bytes": nbytes, "time_s": t, "times_s": spans[nbytes].times})
                         say(f"{fmt_bytes(nbytes):>9} {t * 1e6:13.1f} {nbytes / t / 1e9:8.3f}")
                 if rank == 0:
                     pp = summary["pingpong"]

@@ -82,7 +82,8 @@ def main(argv=None) -> int:
                             lambda k: PS.step_time(k[0], k[1], a.numel, groups[k[1]], a.iters, a.warmup),
                             a.passes)
         pp = over_passes(PINGPONG_SIZES, lambda d: C.pingpong(d, a.iters, a.warmup), a.passes)
-        results = [{"form": f, "workers": w, "time_s": spans[(f, w)][0], "time_range_s": list(spans[(f, w)])}
+        results = [{"form": f, "workers": w, "time_s": spans[(f, w)][0], "time_range_s": list(spans[(f, w)]),
+                    "times_s": spans[(f, w)].times}
                    for w in workers for f in PS.FORMS]
         if rank == 0:
             alpha, beta = cost.fit_alpha_beta(list(PINGPONG_SIZES), [pp[d][0] for d in PINGPONG_SIZES])
