@@ -28,6 +28,7 @@ ALLOWED = {
     "model_parallel": {"core", "data", "launch", "grading", "single", "ddp", "allreduce"},
     "io": {"core", "data", "launch", "grading", "single", "ddp"},
     "debug": {"core", "data", "launch", "grading", "ddp"},
+    "checkpoint": {"core", "data", "launch", "grading", "ddp"},
 }
 TOP = {"__init__", "__main__", "cli", "doctor", "kernel", "preflight"}   # the package's face: any folder
 
