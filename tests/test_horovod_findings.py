@@ -23,7 +23,7 @@ def row(engine, workers, total, conf_per_worker):
 def test_engines_horovod_wins_ddp_wins_or_inconclusive():
     fast_hvd = hf.engines([row("horovod", 2, 100.0, 1.0)], [row("ddp", 2, 80.0, 1.0)])
     assert fast_hvd == ["2 workers: Horovod 100 img/s vs DDP 80 img/s: Horovod is 1.25x DDP "
-                        "(their 95 % intervals, ±2 and ±2, do not cover the gap)."]
+                        "(the gap, 20 img/s, is larger than their 95 % intervals, ±2 and ±2, combined: ±2.83)."]
     slow_hvd = hf.engines([row("horovod", 2, 60.0, 1.0)], [row("ddp", 2, 80.0, 1.0)])
     assert "Horovod is 0.75x DDP" in slow_hvd[0]
     noisy = hf.engines([row("horovod", 2, 78.0, 5.0)], [row("ddp", 2, 80.0, 5.0)])

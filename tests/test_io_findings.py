@@ -39,7 +39,7 @@ def test_spreads_are_the_ci_of_the_mean_from_the_run():
 def test_formats_cold_shards_vs_files_each_way():
     ahead = F.formats(_reads(files_cold=500, shards_cold=1500))
     assert ahead[0] == ("Cold: shards 1,500 samples/s vs small files 500 samples/s: shards is 3.00x small "
-                        "files (their 95 % intervals, ±1 and ±1, do not cover the gap).")
+                        "files (the gap, 1,000 samples/s, is larger than their 95 % intervals, ±1 and ±1, combined: ±1.41).")
     behind = F.formats(_reads(files_cold=1500, shards_cold=500))
     assert "shards is 0.33x small files" in behind[0]
     tie = F.formats(_reads(files_cold=1000, shards_cold=1100, spread=80))

@@ -54,7 +54,7 @@ def _run(rung, seed, sec, reached=True, acc=0.91, warm=1.0):
 
 
 MEASURED = dict(bench="time_to_accuracy_ladder", device="NVIDIA H200", torch="2.11.0+cu130",
-                data="Fashion-MNIST", target=0.9, runs=[
+                data="Fashion-MNIST", target=0.9, eval_every_images=15_000, train_images=60_000, runs=[
                     _run("base", 0, 20.0), _run("fast data", 0, 10.0), _run("tiny knob", 0, 9.5),
                     _run("graphs", 0, 4.0), _run("graphs", 1, 4.4, warm=0.0),
                     _run("graphs", 2, 3.9, warm=0.0)])
@@ -74,7 +74,7 @@ def test_sentences_name_the_card_and_the_record_and_what_is_noise(tmp_path):
     lines = ladder.ladder_sentences(MEASURED, tmp_path / "2026-11-27-node.json")
     assert "On one NVIDIA H200" in lines[0] and "20.0 s" in lines[0] and "4.00 s" in lines[0]
     assert "5.0 x faster" in lines[0] and "record 2026-11-27-node.json" in lines[0]
-    assert "'fast data' (62%)" in lines[1]
+    assert "'fast data' (62%)" in lines[1] and "every 15,000 training images (0.25 of an epoch)" in lines[1]
     assert "4.00, 4.40, 3.90 s, 13% apart" in lines[2] and "tiny knob is within" in lines[2]
     assert "fast data" not in lines[2]
     broken = dict(MEASURED, runs=[_run("base", 0, 20.0), _run("x", 0, 0, reached=False)])

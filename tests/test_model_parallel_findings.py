@@ -78,7 +78,7 @@ def test_tp_findings_follow_the_errors_and_counts():
     assert "made 1/1 all-reduces (fwd/bwd), one per direction" in good[1]
     assert "DTensor plan made 1/3, a different count" in good[1] and ", equal to tokens" in good[1]
     assert good[2] == ("attention on 2 ranks, mean of 10 alternated runs each: split 3 ms vs whole 1 ms: "
-                       "split is 3.00x whole (their 95 % intervals, ±0.5 and ±0.5, do not cover the gap).")
+                       "split is 3.00x whole (the gap, 2 ms, is larger than their 95 % intervals, ±0.5 and ±0.5, combined: ±0.707).")
     assert good[3].startswith("Wherever decided, the split was slower")
     bad = F.tp([_tp_row(err=1e-3, ours="2/1", bytes_each=8192)])
     assert "ABOVE the fp32 tolerance" in bad[0]

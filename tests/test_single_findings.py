@@ -139,16 +139,17 @@ def test_notebook_01_prints_each_finding():
         assert call in code, f"notebook 01 should run {call}...)"
 
 
-def test_bottleneck_says_which_case_this_run_was_in_from_its_rows():
-    """Printed from the speed table, either way: a CPU run can be limited by its input pipeline."""
-    pipeline = sf.bottleneck(rows(100.0, 1796.0, 900.0, 950.0))    # 2 workers 17.96x: as seen on a CPU
-    assert pipeline.startswith("Bottleneck in this run: the input pipeline.")
-    assert "DataLoader, 2 workers (17.96x) and data on device (9.00x) beat DataLoader, 0 workers" in pipeline
-    compute = sf.bottleneck(rows(300.0, 150.0, 299.0, 290.0))   # gap 1 < 1.41 combined
-    assert compute.startswith("Bottleneck in this run: the model's compute.")
-    assert "DataLoader, 2 workers (0.50x) fell behind" in compute and "competed" in compute
-    assert "data on device" not in compute                          # inside the spreads: not named
-    tie = sf.bottleneck(rows(100.0, 102.0, 101.0, 103.0, spread=5.0))
+def test_bottleneck_is_the_share_of_a_step_that_preparing_the_batches_took():
+    """Issue #42's expert read: "data on device beat 0 workers" only shows the preparation costs
+    something. With 0 workers preparation and compute run in series, so the share it took is
+    1 - rate(0 workers) / rate(on device); the verdict follows which side of one half it is on."""
+    pipeline = sf.bottleneck(rows(100.0, 1796.0, 900.0, 950.0))     # 9x faster: 89 % preparation
+    assert "took about 89% of the time per image" in pipeline
+    assert pipeline.endswith("Bottleneck in this run: the input pipeline.")
+    compute = sf.bottleneck(rows(775.0, 656.0, 856.0, 1026.0, spread=20.0))   # notebook 01's run
+    assert "took about 9% of the time per image" in compute
+    assert "Bottleneck in this run: the model's compute" in compute and "not the limit" in compute
+    tie = sf.bottleneck(rows(100.0, 102.0, 200.0, 203.0, spread=40.0))    # 50 % ± a lot
     assert INCONCLUSIVE in tie and "Bottleneck in this run" not in tie
     missing = sf.bottleneck([r for r in rows(1.0, 2.0, 3.0, 4.0) if "0 workers" not in r["variant"]])
     assert "not known" in missing

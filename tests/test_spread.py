@@ -37,3 +37,20 @@ def test_two_values_differ_beyond_their_intervals_in_quadrature_and_never_withou
 def test_the_note_says_what_the_sign_means():
     assert "95 % confidence interval of the mean" in spread.SPREAD_NOTE
     assert "not how much one step varies" in spread.SPREAD_NOTE
+
+
+def test_bars_of_compared_rates_carry_their_intervals():
+    import matplotlib
+    matplotlib.use("Agg")
+    from dltutor.core.plots import bar_compare
+    rows = [{"variant": "a", "img_per_s": 100.0, "spread": 10.0},
+            {"variant": "b", "img_per_s": 120.0, "spread": math.nan},
+            {"variant": "c", "img_per_s": None, "status": "not timed"}]
+    fig = bar_compare(rows, title="t")
+    ax = fig.axes[0]
+    assert "95 % CI" in ax.get_xlabel()
+    caps = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+    assert caps, "error bars drawn"
+    segments = caps[0].lines[2][0].get_segments()
+    widths = sorted(round(abs(s[1][0] - s[0][0]), 6) for s in segments)
+    assert widths == [0.0, 0.0, 20.0]           # only the row with an interval gets one

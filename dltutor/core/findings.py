@@ -5,7 +5,7 @@ numbers, and says "inconclusive here" when a difference is inside the run's spre
 a small `findings` (or `describe`) function that turns its rows into sentences with these helpers:
 
     compare("Horovod", 51.2, "DDP", 60.3, unit="img/s", spread_a=4.0, spread_b=3.1)
-      -> 'Horovod 51.2 img/s vs DDP 60.3 img/s: Horovod is 0.85x DDP (their 95 % intervals, ±4 and ±3.1, do not cover the gap).'
+      -> 'Horovod 51.2 img/s vs DDP 60.3 img/s: Horovod is 0.85x DDP (the gap, 9.1 img/s, is larger than their 95 % intervals, ±4 and ±3.1, combined: ±5.06).'
     trend("measured bubble", [1, 2, 4], [0.61, 0.45, 0.30], x_name="m")
       -> 'measured bubble falls as m grows: 0.61 at m=1, 0.45 at m=2, 0.3 at m=4.'
     against("bubble at m=4", 0.34, 0.27, tolerance=0.02, source="the formula (p-1)/(m+p-1)")
@@ -14,7 +14,7 @@ a small `findings` (or `describe`) function that turns its rows into sentences w
 
 A spread is the half-width of a 95 % confidence interval (`dltutor.core.spread`: of a mean over
 repeats, or of an accuracy on a test set); two values differ when the gap between them is larger
-than their half-widths combined in quadrature. A value without an interval (nan: one measurement)
+than their half-widths combined as sqrt(a² + b²) (the ± of a difference of two independent means). A value without an interval (nan: one measurement)
 decides nothing.
 """
 from __future__ import annotations
@@ -63,8 +63,8 @@ def compare(name_a: str, a: float, name_b: str, b: float, *, unit: str = "",
         return (f"{head}: {INCONCLUSIVE}, the gap ({fmt(abs(a - b), unit)}) is inside their 95 % "
                 f"intervals ({spread}, ±{fmt(math.hypot(spread_a, spread_b))} combined).")
     ratio = f"{name_a} is {a / b:.2f}x {name_b}" if b else f"{name_a} is above {name_b}"
-    cover = (f" (their 95 % intervals, {spread}, do not cover the gap)" if spread_a or spread_b
-             else "")
+    cover = (f" (the gap, {fmt(abs(a - b), unit)}, is larger than their 95 % intervals, {spread}, "
+             f"combined: ±{fmt(math.hypot(spread_a, spread_b))})" if spread_a or spread_b else "")
     return f"{head}: {ratio}{cover}."
 
 

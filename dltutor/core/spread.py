@@ -16,10 +16,12 @@ from __future__ import annotations
 import math
 
 LEVEL = 0.95
-SPREAD_NOTE = ("± is the 95 % confidence interval of the mean: over the repeated measurements "
-               "(steps, passes or seeds; warm-up left out), how far the mean itself could move if "
-               "the run were repeated, not how much one step varies. Two values differ when the gap "
-               "between them is larger than their intervals combined; otherwise the finding says "
+SPREAD_NOTE = ("± is the 95 % confidence interval of the mean over this run's repeated "
+               "measurements (steps, pieces, passes or seeds; warm-up left out): how precisely this "
+               "run pins its mean down, not how much one step varies. It does not cover what "
+               "changes between runs (another program starting on a shared machine), which can be "
+               "larger: repeat the run to see that. Two values differ when the gap between them is "
+               "larger than their intervals combined as sqrt(a² + b²); otherwise the finding says "
                "\"inconclusive here\".")
 
 

@@ -2,7 +2,8 @@
 
     speed(rows)               each knob of `speed.compare_speed` against the set-up it changes
     curves(history, n_test)   how the loss and the test accuracy moved over the epochs
-    bottleneck(rows)          which case the speed table was in: the input pipeline or the compute
+    bottleneck(rows)          the share of a step that preparing the batches took, and so which
+                              part limited the run: the input pipeline or the compute
     batch_sizes(results)      the batch-size exercise: the fastest size, or "inconclusive here"
 
 A throughput's spread is the 95 % confidence interval of the mean img/s of its separately timed
@@ -15,6 +16,7 @@ import math
 
 from dltutor.core import env
 from dltutor.core.findings import INCONCLUSIVE, accuracy_halfwidth, compare, differs, fmt, trend
+from dltutor.core.spread import combined
 
 ON_DEVICE = "data on device"
 NO_WORKERS = "DataLoader, 0 workers"
@@ -65,38 +67,31 @@ def speed(rows: list[dict]) -> list[str]:
 
 
 def bottleneck(rows: list[dict]) -> str:
-    """Which case this run was in, from the speed table's rows: the input pipeline limited it
-    (worker processes or the data on the device beat 0 workers beyond the spreads), the model's
-    compute did (neither beat it, and at least one was slower beyond the spreads), or neither shows."""
+    """Which part of a step the time went to, from the speed table's rows. With 0 workers,
+    preparing a batch and computing on it run one after the other, so the data on the device
+    (nothing prepared per step) removes the preparation's share of the time per image:
+    share = 1 - rate(0 workers) / rate(on device), with its 95 % interval. Above one half the input
+    pipeline limited the run, below it the model's compute; an interval across one half decides
+    nothing."""
     by_name = {r["variant"]: r for r in rows if r.get("img_per_s")}
-    base = by_name.get(NO_WORKERS)
-    knobs = [r for name, r in by_name.items()
-             if name == ON_DEVICE or (name.startswith("DataLoader,") and name != NO_WORKERS)]
-    if base is None or not knobs:
+    base, dev = by_name.get(NO_WORKERS), by_name.get(ON_DEVICE)
+    if base is None or dev is None:
         return ("Which one limited this run, the input pipeline or the model's compute, is not "
-                f"known: {NO_WORKERS} or every input-pipeline variant was not measured.")
-
-    def gap(r):    # +1 faster than 0 workers beyond the spreads, -1 slower, 0 inside them
-        if not differs(r["img_per_s"], base["img_per_s"], _ci(r), _ci(base)):
-            return 0
-        return 1 if r["img_per_s"] > base["img_per_s"] else -1
-
-    def said(rs):
-        return " and ".join(f"{r['variant']} ({r['img_per_s'] / base['img_per_s']:.2f}x)" for r in rs)
-    faster = [r for r in knobs if gap(r) > 0]
-    slower = [r for r in knobs if gap(r) < 0]
-    if faster:
-        return (f"Bottleneck in this run: the input pipeline. {said(faster)} beat {NO_WORKERS} "
-                "beyond the spreads, so preparing the batches, not the model, limited the speed.")
-    if slower:
-        workers = any(r["variant"].startswith("DataLoader,") for r in slower)
-        return (f"Bottleneck in this run: the model's compute. {said(slower)} fell behind "
-                f"{NO_WORKERS} beyond the spreads and no input-pipeline variant beat it: taking "
-                "the batch preparation off the model's path did not help"
-                + (", and the worker processes competed with the model for the cores." if workers
-                   else "."))
-    return (f"Which one limited this run, the input pipeline or the model's compute, is "
-            f"{INCONCLUSIVE}: {said(knobs)} against {NO_WORKERS} are inside the spreads.")
+                f"known: {NO_WORKERS} or {ON_DEVICE} was not measured.")
+    ratio = base["img_per_s"] / dev["img_per_s"]
+    share = 1 - ratio
+    rel = [_ci(r) / r["img_per_s"] for r in (base, dev)]
+    half = ratio * combined(*rel) if not any(math.isnan(x) for x in rel) else math.nan
+    head = (f"With {NO_WORKERS} the batches are prepared and computed one after the other; "
+            f"{ON_DEVICE} prepares nothing per step and ran {1 / ratio:.2f}x as fast, so preparing "
+            f"the batches took about {share:.0%} of the time per image"
+            + (f" (±{half:.0%})" if not math.isnan(half) else " (no interval)"))
+    if math.isnan(half) or abs(share - 0.5) <= half:
+        return f"{head}: which part limited this run is {INCONCLUSIVE}."
+    if share > 0.5:
+        return f"{head}. Bottleneck in this run: the input pipeline."
+    return (f"{head}. Bottleneck in this run: the model's compute (the rest of the time); the data "
+            "preparation costs something, but it is not the limit.")
 
 
 def curves(history, n_test: int) -> list[str]:

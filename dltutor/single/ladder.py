@@ -151,8 +151,10 @@ def ladder_sentences(m: dict, source: Path) -> list[str]:
                key=lambda r: float(r["share of the gain"].rstrip("%")), default=None)
     if best is not None:
         out.append(f"The largest share of that gain came from '{best['rung']}' "
-                   f"({best['share of the gain']}); a share near 0 % or below means that knob did "
-                   "not shorten the recorded run.")
+                   f"({best['share of the gain']}). Times are read at evaluations every "
+                   f"{m['eval_every_images']:,} training images ({m['eval_every_images'] / m['train_images']:.2g} "
+                   "of an epoch), so a rung that reached the target one evaluation later shows that "
+                   "much more time.")
     rep = [r["seconds_to_target"] for r in repeats(m) if r["reached"]]
     if len(rep) > 1:
         spread = (max(rep) - min(rep)) / min(rep)        # relative: rungs differ in scale
