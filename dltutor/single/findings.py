@@ -82,10 +82,12 @@ def bottleneck(rows: list[dict]) -> str:
     share = 1 - ratio
     rel = [_ci(r) / r["img_per_s"] for r in (base, dev)]
     half = ratio * combined(*rel) if not any(math.isnan(x) for x in rel) else math.nan
+    took = (f"so preparing the batches took about {share:.0%} of the time per image" if share >= 0
+            else "so removing the preparation saved no time in this run")
     head = (f"With {NO_WORKERS} the batches are prepared and computed one after the other; "
-            f"{ON_DEVICE} prepares nothing per step and ran {1 / ratio:.2f}x as fast, so preparing "
-            f"the batches took about {share:.0%} of the time per image"
-            + (f" (±{half:.0%})" if not math.isnan(half) else " (no interval)"))
+            f"{ON_DEVICE} prepares nothing per step and ran {1 / ratio:.2f}x as fast, {took}"
+            + (f" (share {share:.0%} ± {half:.0%})" if share < 0 and not math.isnan(half) else
+               f" (±{half:.0%})" if not math.isnan(half) else " (no interval)"))
     if math.isnan(half) or abs(share - 0.5) <= half:
         return f"{head}: which part limited this run is {INCONCLUSIVE}."
     if share > 0.5:
