@@ -64,12 +64,14 @@ def newest_complete(root) -> Path | None:
     return done[-1] if done else None
 
 
-def save(root, app) -> Path:
+def save(root, app, writer=None) -> Path:
     """Save `app` (a state.AppState, its `step` set) into `step_dir(root, app.step)`; every rank
-    calls it (a collective on the default group). Returns the folder."""
+    calls it (a collective on the default group). Returns the folder. `writer`: a DCP storage
+    writer for that folder (default: DCP's FileSystemWriter; restarts.TornWriter dies mid-save)."""
     path = step_dir(root, app.step)
     with _quiet():
-        dcp.save({KEY: app}, checkpoint_id=str(path), no_dist=_alone())  # DCP: shards, then .metadata
+        dcp.save({KEY: app}, checkpoint_id=str(path), storage_writer=writer,  # DCP: shards,
+                 no_dist=_alone())                                              # then .metadata
     return path
 
 
@@ -78,6 +80,13 @@ def async_group():
     if not _alone():
         return tdist.new_group(backend="gloo")  # DCP: the async save's own group (no deadlock)
     return None
+
+
+def torn(root) -> list[str]:
+    """The names of the folders newer than the newest complete one that lack `.metadata`."""
+    path = newest_complete(root)
+    return [p.name for _, p in checkpoints(root)
+            if not is_complete(p) and (path is None or p.name > path.name)]
 
 
 def save_async(root, app, group):
@@ -140,9 +149,7 @@ def load(root, app) -> int | None:
     line and return None when there is none (an empty or missing folder: a fresh start). A
     checkpoint that does not fit (another model, another number of ranks for the `rng` part)
     raises one ValueError naming the first missing or mismatched key."""
-    path = newest_complete(root)
-    skipped = [p.name for _, p in checkpoints(root) if not is_complete(p)
-               and (path is None or p.name > path.name)]
+    path, skipped = newest_complete(root), torn(root)
     if skipped:
         dist.rank_print(f"skipping {', '.join(skipped)} in {root}: no .metadata (a save that did "
                         "not finish)", main_only=True)

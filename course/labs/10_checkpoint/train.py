@@ -35,11 +35,32 @@ and the optimizer are resharded exactly; the load names the missing key otherwis
 a process group of its own (dltutor.checkpoint.store.save_async says why). --save-params FILE:
 rank 0 writes the final full parameters there (torch.save) for an exact comparison.
 
+Killed, and restarted by torchrun (dltutor.checkpoint.restarts):
+  --kill-at S --kill-rank R    rank R SIGKILLs itself right after step S's optimizer step
+  --kill-during-save S         rank 0 (DCP's coordinator) SIGKILLs itself inside step S's save,
+                               after every rank's shards and before .metadata: a torn folder
+Both only on the first attempt (torchrun's TORCHELASTIC_RESTART_COUNT is 0), and the killed rank
+first writes the time and step to --ckpt-dir/killed.json. Under
+  TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nproc-per-node 2 --rdzv-backend c10d \
+      --rdzv-endpoint 127.0.0.1:29500 --max-restarts 1 train.py --tiny --kill-at 5 --kill-rank 1
+torchrun stops the other rank and starts both again; they resume from the newest COMPLETE
+checkpoint (a torn folder is named and skipped) and end bit for bit as an uninterrupted run.
+The variable: by default the c10d rendezvous shares its TCP store with the workers and the first
+attempt's keys are still there when the second starts (pytorch issue 135712). Without it the
+restart failed here 3 of 6 times with `Gloo connectFullMesh failed ... Connection refused`
+(/work/shared/notes/checkpoint-restart-on-gloo.md) and, with this lab's --kill-at 5, 4 of 6 times
+(2 that error, 2 second attempts hung past 60 s); with it 0 of 6 in both.
+Without torchrun (plain python, the course's launch) nothing restarts: the job just dies.
+
 Each rank prints one `DLTUTOR_METRICS {json}` line: the step it resumed from (resumed_from, None
 for a fresh start), this run's per-step losses on the rank (losses, from step first_step + 1),
 the final step, the final parameters' sha256 (param_digest) and sum of |w| (param_checksum),
-each save's step and blocking seconds, the parts, the wrap, world size, data and hardware.
+each save's step and blocking seconds, the parts, the wrap, world size, data and hardware;
+after a restart also restart_count, killed_step/killed_rank/kill_where (from killed.json),
+steps_redone (killed step - step resumed from), kill_to_training_s (wall seconds from the kill to
+the end of this attempt's first step) and skipped (each torn folder passed over: its files).
 """
+import os
 import time
 from pathlib import Path
 
@@ -47,7 +68,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP  # DDP:
 from torch.utils.data.distributed import DistributedSampler  # DDP:
 
-from dltutor.checkpoint import compare, store
+from dltutor.checkpoint import compare, restarts, store
 from dltutor.checkpoint.state import PARTS, AppState
 from dltutor.core import dist, env, flags
 from dltutor.core.device import hardware_label
@@ -79,8 +100,15 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=flags.positive_float, default=1e-3, help="Adam learning rate")
     p.add_argument("--seed", type=int, default=0, help="weights, data order and dropout seed")
     p.add_argument("--save-params", default="", help="rank 0 writes the final full parameters here")
+    p.add_argument("--kill-at", type=flags.positive_int, default=None,
+                   help="first attempt only: --kill-rank SIGKILLs itself after this step's optimizer step")
+    p.add_argument("--kill-rank", type=flags.nonnegative_int, default=1, help="the rank --kill-at kills")
+    p.add_argument("--kill-during-save", type=flags.positive_int, default=None,
+                   help="first attempt only: rank 0 dies inside this step's save, before .metadata")
     flags.add_tiny(p, TINY)
     a = flags.parse(p, argv)
+    if a.kill_during_save and a.async_save:
+        p.error("--kill-during-save kills a synchronous save: leave out --async-save")
     if a.dropout >= 1:
         p.error("--dropout must be below 1")
     return a
@@ -138,19 +166,30 @@ class Saver:
         self.group = store.async_group() if use_async else None  # DCP: a group of its own
         self.use_async = use_async
 
-    def __call__(self):
+    def __call__(self, writer=None):
         t0 = time.perf_counter()
         self.wait()
         if self.use_async:
             self.pending = store.save_async(self.root, self.app, self.group)  # DCP: in background
         else:
-            store.save(self.root, self.app)  # DCP: every rank writes its part
+            store.save(self.root, self.app, writer)  # DCP: every rank writes its part
         self.log.append([self.app.step, time.perf_counter() - t0])
 
     def wait(self):
         if self.pending is not None:
             self.pending.result()
             self.pending = None
+
+
+def restart_metrics(attempt, kill, resumed, back_after, skipped) -> dict:
+    """What a restart cost, for the metrics line (only the restart count without a kill)."""
+    most = os.environ.get("TORCHELASTIC_MAX_RESTARTS")  # torchrun: its --max-restarts
+    out = {"restart_count": attempt, "max_restarts": None if most is None else int(most),
+           "skipped": skipped}
+    if kill:
+        out.update(killed_step=kill["step"], killed_rank=kill["rank"], kill_where=kill["where"],
+                   steps_redone=kill["step"] - (resumed or 0), kill_to_training_s=back_after)
+    return out
 
 
 def main(argv=None):
@@ -167,6 +206,11 @@ def main(argv=None):
         dist.seed(a.seed)  # dropout: seed + rank on each rank
         ckpt_dir = Path(a.ckpt_dir or f"checkpoints/{wrap}-{W}ranks")  # none-1ranks: one process
         app = AppState(model, opt, parts=a.ckpt_parts, rank=ctx.rank)
+        if a.kill_at and a.kill_rank >= W:
+            raise SystemExit(f"--kill-rank {a.kill_rank}: this run has ranks 0..{W - 1}")
+        attempt = restarts.restart_count()  # torchrun: 0, then 1 after the first restart
+        kill = restarts.read_kill(ckpt_dir) if attempt else None  # torchrun: what the killed rank wrote
+        skipped = {name: sorted(os.listdir(ckpt_dir / name)) for name in store.torn(ckpt_dir)}
         resumed = store.load(ckpt_dir, app)  # DCP: newest complete checkpoint, or None
         step = app.step
         if resumed is not None:
@@ -175,14 +219,21 @@ def main(argv=None):
         save = Saver(ckpt_dir, app, a.async_save)
         losses, stream = [], batches(sampler, a.batch_size, app.data["epoch"], app.data["offset"])
         end = min(a.steps, a.stop_at or a.steps)
+        back_after = None  # s from the kill to this attempt's first step done
         while step < end:
             idx, after = next(stream)
             loss, _ = train_step(model, opt, x[idx].to(ctx.device), y[idx].to(ctx.device))  # DDP:
             step += 1
+            if kill and back_after is None:
+                back_after = time.time() - kill["time"]  # torchrun: kill -> training again
+            if step == a.kill_at and ctx.rank == a.kill_rank and attempt == 0:  # torchrun:
+                restarts.kill_now(ckpt_dir, step, ctx.rank)  # torchrun: SIGKILL, no cleanup
             losses.append(loss.item())
             app.step, app.data = step, after
             if (a.save_every and step % a.save_every == 0) or step == a.stop_at:
-                save()
+                torn = step == a.kill_during_save and attempt == 0  # DCP: die mid-save
+                save(restarts.TornWriter(store.step_dir(ckpt_dir, step), ckpt_dir, step, ctx.rank)
+                     if torn else None)
         save.wait()  # DCP: an async save must finish before the process ends
         full = compare.full_model_state(model)  # FSDP2: gathers the shards (every rank calls it)
         if a.save_params and ctx.is_main:
@@ -196,7 +247,8 @@ def main(argv=None):
                     async_save=a.async_save, data_position=app.data, data=fashion_mnist.FASHION,
                     param_digest=compare.digest(full),
                     param_checksum=float(sum(v.double().abs().sum() for v in full.values())),
-                    hardware=hardware_label(ctx.device), backend=ctx.backend)
+                    hardware=hardware_label(ctx.device), backend=ctx.backend,
+                    **restart_metrics(attempt, kill, resumed, back_after, skipped))
 
 
 if __name__ == "__main__":
