@@ -149,6 +149,9 @@ def test_bottleneck_is_the_share_of_a_step_that_preparing_the_batches_took():
     compute = sf.bottleneck(rows(775.0, 656.0, 856.0, 1026.0, spread=20.0))   # notebook 01's run
     assert "took about 9% of the time per image" in compute
     assert "Bottleneck in this run: the model's compute" in compute and "not the limit" in compute
+    unsure = sf.bottleneck(rows(775.0, 656.0, 856.0, 1026.0, spread=80.0))    # 9 % ± 13
+    assert "model's compute" in unsure and "costs something" not in unsure
+    assert "inside the interval" in unsure
     tie = sf.bottleneck(rows(100.0, 102.0, 200.0, 203.0, spread=40.0))    # 50 % ± a lot
     assert INCONCLUSIVE in tie and "Bottleneck in this run" not in tie
     missing = sf.bottleneck([r for r in rows(1.0, 2.0, 3.0, 4.0) if "0 workers" not in r["variant"]])

@@ -92,8 +92,9 @@ def bottleneck(rows: list[dict]) -> str:
         return f"{head}: which part limited this run is {INCONCLUSIVE}."
     if share > 0.5:
         return f"{head}. Bottleneck in this run: the input pipeline."
-    return (f"{head}. Bottleneck in this run: the model's compute (the rest of the time); the data "
-            "preparation costs something, but it is not the limit.")
+    cost = ("the data preparation costs something, but it is not the limit" if share - half > 0
+             else "whether the data preparation costs anything at all is inside the interval")
+    return f"{head}. Bottleneck in this run: the model's compute (the rest of the time); {cost}."
 
 
 def curves(history, n_test: int) -> list[str]:
