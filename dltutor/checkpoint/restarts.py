@@ -12,7 +12,7 @@ Why TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (RESTART_ENV): by default torchrun's c1
 shares its TCP store with the workers, and the keys of the first attempt are still in it when the
 second attempt starts; its gloo mesh then fails with `Gloo connectFullMesh failed ... Connection
 refused`, or hangs (upstream pytorch issue 135712). Measured on this course's 2-core machine
-without the variable: 3 of 6 restarts failed (/work/shared/notes/checkpoint-restart-on-gloo.md),
+without the variable: 3 of 6 restarts failed (the course's development notes, torch 2.14.1),
 and 4 of 6 of lab 10's `--kill-at 5` (2 that error, 2 hung past 60 s); with it 0 of 6 in both.
 In torch 2.14.1 the variable is read in torch/distributed/elastic/rendezvous/dynamic_rendezvous.py,
 that is by the c10d rendezvous only: `torchrun` here uses `--rdzv-backend c10d`.
