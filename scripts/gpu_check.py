@@ -345,7 +345,7 @@ def streamed(args, info, wanted, log_root, deadline) -> list[Result]:
                   if wanted(b.stem)]
     plan = gpu_streams.plan_streams(names, args.streams, gpu_streams.past_minutes())
     left = (deadline - time.monotonic()) if deadline is not None else 10 * 24 * 3600
-    extra = [a for k in (["--kernel", args.kernel] if args.kernel else []) for a in [k]]
+    extra = ["--kernel", args.kernel] if args.kernel else []
     outs = [log_root / f"stream-{k}" for k in range(len(plan))]
     cmds = [gpu_streams.child_command(p, o, left, args.timeout, extra) for p, o in zip(plan, outs)]
     for k, p in enumerate(plan):

@@ -21,13 +21,11 @@ resume without it costs.
 """
 from __future__ import annotations
 
-import random
-
-import numpy as np
-import torch
 from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict)
 from torch.distributed.checkpoint.stateful import Stateful
+
+from dltutor.core.env import rng_state, set_rng_state
 
 PARTS = ("model", "optimizer", "rng", "data")
 
@@ -39,29 +37,6 @@ def check_parts(parts) -> tuple:
     if unknown:
         raise ValueError(f"unknown checkpoint part(s) {unknown}: choose from {', '.join(PARTS)}")
     return parts
-
-
-def rng_state() -> dict:
-    """This process's generator states: python, numpy, torch CPU and (if present) every CUDA one."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
-             "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    """Put back what `rng_state` returned (the CUDA states only where CUDA is in use here)."""
-    random.setstate(_tuple(state["python"]))
-    np.random.set_state(_tuple(state["numpy"]))
-    torch.set_rng_state(state["torch"].cpu())
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
-
-
-def _tuple(value):
-    """A state DCP gave back as a list (its containers are lists), as the tuple python wants."""
-    return tuple(_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 class AppState(Stateful):

@@ -141,6 +141,39 @@ def seed_everything(seed: int = 0, rank: int = 0) -> int:
     return s
 
 
+def rng_state() -> dict:
+    """This process's generator states (python, numpy, torch CPU, every CUDA one when CUDA is in
+    use), as tensors and plain values only, so `torch.load(weights_only=True)` and DCP both take
+    them. `set_rng_state` puts them back: a resumed run draws what the uninterrupted one drew."""
+    import numpy as np
+    import torch
+    _, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
+             "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached": float(cached)}}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Put back what `rng_state` returned (the CUDA states only where CUDA is available here)."""
+    import numpy as np
+    import torch
+    random.setstate(_as_tuple(state["python"]))
+    torch.set_rng_state(state["torch"].cpu())
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].cpu().numpy().astype(np.uint32), int(n["pos"]),
+                         int(n["has_gauss"]), float(n["cached"])))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+def _as_tuple(value):
+    """A state given back as lists (DCP's containers are lists), as the tuples python wants."""
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
 def cpu_cores() -> int:
     """Cores this process may use (the cgroup/affinity view, not the host's count)."""
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -114,30 +113,11 @@ def evaluate(model, loader, device=None, channels_last=False, amp=False) -> dict
 
 
 # ---------------------------------------------------------------- checkpoints
-def _rng_state() -> dict:
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
-             "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                       "has_gauss": int(has_gauss), "cached": float(cached)}}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict):
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 def save_checkpoint(path, model, optimizer, epoch: int, history: History | None = None, scheduler=None):
     """Write model, optimizer, scheduler, epoch, history and RNG states atomically to `path`."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": int(epoch),
-             "history": (history or History()).to_dict(), "rng": _rng_state(),
+             "history": (history or History()).to_dict(), "rng": env.rng_state(),
              "scheduler": scheduler.state_dict() if scheduler is not None else None}
     tmp = f"{path}.tmp"
     torch.save(state, tmp)
@@ -155,7 +135,7 @@ def load_checkpoint(path, model, optimizer=None, scheduler=None, restore_rng: bo
     if scheduler is not None and state["scheduler"] is not None:
         scheduler.load_state_dict(state["scheduler"])
     if restore_rng:
-        _set_rng_state(state["rng"])
+        env.set_rng_state(state["rng"])
     return {"epoch": state["epoch"], "history": History.from_dict(state["history"])}
 
 
