@@ -173,6 +173,18 @@ def test_blame_under_torchrun_keeps_a_sigkilled_rank():
     assert blame_ranks(codes, quiet) == [0, 1]       # srun's rule: both could be srun's doing
 
 
+def test_a_watchdog_stop_before_the_launchers_summary_still_keeps_the_results(tmp_path):
+    """The race of the test above: the watchdog kills torchrun before it prints which rank exited
+    with which code; rank 1's last line (the C++ runtime's abort message) says it was SIGABRT."""
+    from dltutor.launch.results import TEARDOWN_ABORT, aborted_after_reporting, watchdog_codes
+    tails = {0: ["done"], 1: ["done", TEARDOWN_ABORT]}
+    codes = watchdog_codes(2, TorchrunBackend.stop_codes[0], tails)
+    assert codes == {0: TorchrunBackend.stop_codes[0], 1: -6}
+    warning = aborted_after_reporting(codes, tails, [{"rank": 0}, {"rank": 1}], TorchrunBackend(), tmp_path)
+    assert "then rank 1 was aborted while exiting" in warning
+    assert not aborted_after_reporting(codes, tails, [{"rank": 0}], TorchrunBackend(), tmp_path)
+
+
 def warm_servers_of(pid: int) -> list:
     """Live warm-start servers started by process `pid` (they carry DLTUTOR_WARM_OWNER=pid)."""
     found = []

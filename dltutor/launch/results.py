@@ -72,6 +72,14 @@ def blame_ranks(codes: dict, tail_of, stopped=(-9, -15), first_error=None) -> li
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 
+def watchdog_codes(nproc: int, stop_code: int, tails: dict) -> dict:
+    """{rank: exit code} when dltutor's watchdog stopped the launcher before it reported any: each
+    rank stopped (`stop_code`), except one whose last line is the C++ runtime's TEARDOWN_ABORT,
+    which abort() follows (-6, SIGABRT)."""
+    return {r: -6 if tails.get(r) and str(list(tails[r])[-1]).strip() == TEARDOWN_ABORT else stop_code
+            for r in range(nproc)}
+
+
 def aborted_after_reporting(codes: dict, tails: dict, metrics: list, backend, log_dir) -> str:
     """A WARNING line when every failed rank ({rank: exit code}) had reported its results and
     then either was aborted by the C++ runtime while exiting (SIGABRT, last line TEARDOWN_ABORT:

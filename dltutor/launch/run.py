@@ -43,7 +43,7 @@ from dltutor.launch.processes import (TAG_ENV, check_capacity, checked_request, 
                                       course_of_ranks, rank_of, tagged_processes)
 from dltutor.launch.results import (LaunchError, LaunchResult, LaunchTimeout,
                                     aborted_after_reporting, blame_ranks, failed_codes,
-                                    failure_message)
+                                    failure_message, watchdog_codes)
 from dltutor.launch.slurm import SlurmBackend
 from dltutor.launch.waiting import Waiting
 from dltutor.launch.warm import WarmBackend, local_backend_name
@@ -286,7 +286,7 @@ def launch(script, nproc: int | None = None, args=(), backend: str = "local", en
                           _logs(log_dir, nproc), cmd, log_dir, be.name)
     codes = be.failures("\n".join(run.launcher_lines))
     if run.watchdog:   # the ranks dltutor stopped count as stopped by the launcher (it was slow)
-        codes = {**dict.fromkeys(range(nproc), be.stop_codes[0]), **codes}
+        codes = {**watchdog_codes(nproc, be.stop_codes[0], run.tails), **codes}
     warning = aborted_after_reporting(codes, run.tails, run.metrics, be, log_dir)  # results kept
     if warning:
         print(warning, flush=True)
