@@ -131,8 +131,10 @@ start_munge() {
   local i
   for i in $(seq 1 50); do
     if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
-      cp /run/munge/munged.pid "$STATE/munged.pid"   # we started it: stop it on `stop`
-      say "munged started (pid $(cat "$STATE/munged.pid"))"
+      # munged answers a moment before its pid file may be there
+      wait_pidfile /run/munge/munged.pid munged /var/log/munge/munged.log
+      echo "$WAITED_PID" > "$STATE/munged.pid"   # we started it: stop it on `stop`
+      say "munged started (pid $WAITED_PID)"
       return
     fi
     sleep 0.2
@@ -189,6 +191,11 @@ MpiDefault=none
 ReturnToService=2
 MinJobAge=600
 KillWait=5
+# A requeued job may start again only once its old credentials expired (cred_expire, 120 s by
+# default): 80 s here so that lab 10's requeued jobs wait less. Not less: after a node failure
+# slurmctld's kill of the job's old run reaches the revived node only at its next RPC retry
+# (47-49 s after the requeue, seen here); with 20 s the requeued run had started and was killed.
+AuthInfo=cred_expire=80
 InactiveLimit=0
 SlurmdTimeout=${DLTUTOR_SLURMD_TIMEOUT:-20}
 EOF
@@ -263,12 +270,18 @@ start_node() {  # start_node <name>: slurmd and sshd of one node, in its own UTS
     /usr/sbin/sshd -f "$2/ssh/sshd_config" -o ListenAddress="$4" -o PidFile="$2/sshd-$1.pid" -E "$2/log/sshd-$1.log"
   ' start_node "$name" "$STATE" "$CONF" "$addr" || die "node $name did not start: see $STATE/log/slurmd-$name.log"
   wait_pidfile "$STATE/slurmd-$name.pid" "slurmd of node $name" "$STATE/log/slurmd-$name.log"
-  readlink "/proc/$(cat "$STATE/slurmd-$name.pid")/ns/uts" > "$STATE/ns-$name"
+  readlink "/proc/$WAITED_PID/ns/uts" > "$STATE/ns-$name"
+  wait_pidfile "$STATE/sshd-$name.pid" "sshd of node $name" "$STATE/log/sshd-$name.log"
 }
 
-wait_pidfile() {  # wait_pidfile <file> <what> <log>: a daemon writes its pid file after it forks
-  local deadline=$(( $(date +%s) + TIMEOUT ))
-  until [ -s "$1" ] && [ -d "/proc/$(cat "$1" 2>/dev/null)" ]; do
+wait_pidfile() {  # wait_pidfile <file> <what> <log>: a daemon writes its pid file after it forks;
+  # wait (TIMEOUT s at most) until the file holds the pid of a running process: WAITED_PID.
+  # Every read of a daemon's pid file at start goes through here (one read: a file being written
+  # may be empty for a moment, and "$(cat)" of an empty file would make /proc/ look like a pid).
+  local deadline=$(( $(date +%s) + TIMEOUT )) pid
+  while :; do
+    pid=$(cat "$1" 2>/dev/null || true)
+    [[ "$pid" =~ ^[0-9]+$ ]] && [ -d "/proc/$pid" ] && { WAITED_PID=$pid; return 0; }
     [ "$(date +%s)" -lt "$deadline" ] || die "$2 wrote no pid file ($1) within $TIMEOUT s: see $3"
     sleep 0.1
   done
@@ -365,6 +378,7 @@ cmd_start() {
   else
     mkdir -p "$STATE/spool"
     slurmd -f "$CONF" || die "slurmd did not start: see $STATE/log/slurmd.log"
+    wait_pidfile "$STATE/slurmd.pid" slurmd "$STATE/log/slurmd.log"
   fi
   wait_idle $(node_names)
   echo "SLURM_CONF=$CONF"

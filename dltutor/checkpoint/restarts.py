@@ -1,6 +1,11 @@
 """A rank that dies, and a job that starts again: kills on purpose, and torchrun with restarts.
 
-    restart_count()                 torchrun's TORCHELASTIC_RESTART_COUNT (0: the first attempt)
+    restart_count()                 the attempt: torchrun's TORCHELASTIC_RESTART_COUNT plus the
+                                    course launcher's DLTUTOR_RESTART_COUNT (0: the first attempt)
+    failure_plan(mtbf_s, seed, attempt, world_size)   when (s) and which rank a seeded random
+                                    failure kills in this attempt: exponential times, mean mtbf_s
+    note_restart(root, ...), read_restarts(root)   one line per restart in root/restarts.jsonl
+    startup_s()                     seconds since launch(max_restarts=N) started this attempt
     kill_now(root, step, rank)      write the kill time beside the checkpoints, then SIGKILL self
     TornWriter(path, root, step)    a DCP writer that SIGKILLs its process after the shards and
                                     before `.metadata`: a save killed mid-write, a torn folder
@@ -33,16 +38,52 @@ import psutil
 
 from torch.distributed.checkpoint import FileSystemWriter
 
+import numpy as np
+
 from dltutor.core.dist import RANK_ENV, free_port, read_report
 from dltutor.launch.processes import TAG_ENV, tagged_processes
+from dltutor.launch.restart import ATTEMPT_T0_ENV, RESTART_COUNT_ENV
 
 KILL_FILE = "killed.json"             # beside the step-N folders (checkpoints() ignores it)
+RESTARTS_FILE = "restarts.jsonl"      # one line per restart, beside them too
 RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}   # torchrun: pytorch issue 135712
 
 
 def restart_count(environ=None) -> int:
-    """How often torchrun has restarted this job's workers (0 outside torchrun)."""
-    return int((environ or os.environ).get("TORCHELASTIC_RESTART_COUNT", "0"))  # torchrun:
+    """How often this job's ranks were started again: by torchrun (TORCHELASTIC_RESTART_COUNT)
+    plus by the course's launch(max_restarts=N) (DLTUTOR_RESTART_COUNT); 0 on the first attempt."""
+    environ = os.environ if environ is None else environ
+    return (int(environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # torchrun:
+            + int(environ.get(RESTART_COUNT_ENV, "0")))          # launch(max_restarts=N):
+
+
+def failure_plan(mtbf_s: float, seed: int, attempt: int, world_size: int) -> tuple[float, int]:
+    """(seconds into the attempt, rank): when and where attempt `attempt` fails. The time is an
+    exponential draw with mean `mtbf_s` (failures as a Poisson process: memoryless, so a fresh
+    draw per attempt), the rank uniform; both from numpy's generator seeded by (seed, attempt),
+    so every rank computes the same plan and a rerun gets the same failures."""
+    rng = np.random.default_rng([int(seed), int(attempt)])
+    return float(rng.exponential(mtbf_s)), int(rng.integers(world_size))
+
+
+def startup_s(environ=None) -> float | None:
+    """Seconds since launch(max_restarts=...) started this attempt (its ATTEMPT_T0_ENV); None
+    in a launch without it (a warm-start rank may be forked before its launch: no process clock)."""
+    t0 = (os.environ if environ is None else environ).get(ATTEMPT_T0_ENV)
+    return None if t0 is None else time.time() - float(t0)
+
+
+def note_restart(root, record: dict) -> None:
+    """Append one restart's record (killed step, resumed step, kill -> training seconds) to
+    root/RESTARTS_FILE: killed.json holds only the last kill, this keeps them all."""
+    with open(Path(root) / RESTARTS_FILE, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def read_restarts(root) -> list[dict]:
+    """Every record `note_restart` wrote under root, oldest first ([] if none)."""
+    path = Path(root) / RESTARTS_FILE
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
 
 
 def kill_now(root, step: int, rank: int, where: str = "after the optimizer step") -> None:

@@ -9,19 +9,31 @@ folder without one; `newest_complete` passes it over and `load` never reads it.
 
 `save_async` runs DCP's `async_save` on a process group of its own (`async_group()`): on the
 default gloo group the save's collectives and the training loop's interleave and hang (measured
-here, 2 of 2 runs; with a group of its own 3 of 3 finished; torchtitan does the same). It returns
-DCP's future: wait on it (`.result()`) before the next save and before the process ends.
+here, 2 of 2 runs; with a group of its own 3 of 3 finished; torchtitan does the same). It
+returns a future of the save's end: wait on it (`.result()`) before the next save and before the
+process ends.
 
 `load` turns a checkpoint of another model into one ValueError naming the first missing or
 mismatched key; DCP itself raises `CheckpointException`, which is a BaseException (so `except
 Exception` does not catch it) and lists a traceback per rank. Every function works unchanged on
 gloo/CPU and NCCL/GPU: DCP reads into the tensors the model already has, on the rank's device.
+
+A disk that fills mid-save: DCP's exception says `[Errno 28] No space left on device`, or only
+torch.save's `unexpected pos 704 vs 598` (the OS's error then hides in its context). `save` and
+`save_async`'s future turn it into one `DiskFull` (an OSError, ENOSPC) naming the folder, the file
+system and its free space, and what to do. The folder has no `.metadata` (DCP writes it only
+after every rank's shards), so the previous checkpoint is still the newest complete one and
+`load` resumes from it.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import re
+import shutil
 import warnings
+from concurrent.futures import Future
 from pathlib import Path
 
 import torch.distributed as tdist
@@ -69,10 +81,63 @@ def save(root, app, writer=None) -> Path:
     calls it (a collective on the default group). Returns the folder. `writer`: a DCP storage
     writer for that folder (default: DCP's FileSystemWriter; restarts.TornWriter dies mid-save)."""
     path = step_dir(root, app.step)
-    with _quiet():
-        dcp.save({KEY: app}, checkpoint_id=str(path), storage_writer=writer,  # DCP: shards,
-                 no_dist=_alone())                                              # then .metadata
+    try:
+        with _quiet():
+            dcp.save({KEY: app}, checkpoint_id=str(path), storage_writer=writer,  # DCP: shards,
+                     no_dist=_alone())                                              # then .metadata
+    except CheckpointException as exc:  # a BaseException: `except Exception` misses it
+        if full := disk_full(root, path, exc):
+            raise full from None
+        raise
     return path
+
+
+class DiskFull(OSError):
+    """A save that ran out of space (errno ENOSPC): the message says where and what to do."""
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _out_of_space(exc) -> bool:
+    """True when `exc` (a CheckpointException: each rank's failure) or its causes say ENOSPC/EDQUOT."""
+    seen, todo = set(), [exc, *[f[0] if isinstance(f, tuple) else f
+                                for f in getattr(exc, "failures", {}).values()]]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if getattr(e, "errno", None) in _FULL or any(os.strerror(n) in str(e) for n in _FULL):
+            return True
+        todo += [e.__cause__, e.__context__]
+    return False
+
+
+def folder_bytes(path) -> int:
+    """The bytes of the files in folder `path` (0 when it is missing)."""
+    p = Path(path)
+    return sum(f.stat().st_size for f in p.iterdir() if f.is_file()) if p.is_dir() else 0
+
+
+def disk_full(root, path, exc) -> DiskFull | None:
+    """A DiskFull for a save into `path` that failed with `exc`, when the disk is why: the OS said
+    ENOSPC/EDQUOT, or the file system has less room left than the newest complete checkpoint
+    takes (at least one block); else None (another failure: re-raise it)."""
+    usage, block = shutil.disk_usage(root), os.statvfs(root).f_frsize
+    previous = newest_complete(root)
+    if not (_out_of_space(exc) or usage.free < max(folder_bytes(previous or ""), block)):
+        return None
+    mb = lambda n: f"{n / 1e6:.3g} MB"  # noqa: E731
+    keep = (f"the newest complete checkpoint, {previous.name}, still loads and a restart resumes "
+            f"from it" if previous else "there is no complete checkpoint: a restart starts fresh")
+    return DiskFull(errno.ENOSPC, f"checkpoint {path} could not be written: the file system "
+                    f"holding {root} is full ({mb(usage.free)} free of {mb(usage.total)}; "
+                    f"{mb(folder_bytes(path))} of this checkpoint got written, the last "
+                    f"complete one takes {mb(folder_bytes(previous or ''))}). {path.name} has no "
+                    f".metadata, so it is never loaded; {keep}. Free space there (older step "
+                    f"folders, the torn {path.name}) or save to a larger file system. DCP said: "
+                    f"{_first_failure(exc).strip().splitlines()[-1]}")
 
 
 def async_group():
@@ -90,13 +155,29 @@ def torn(root) -> list[str]:
 
 
 def save_async(root, app, group):
-    """Start saving `app` into `step_dir(root, app.step)` in a background thread and return DCP's
-    future. The state is copied to CPU memory before this returns, so training may go on; the
-    save's collectives run on `group` (from `async_group()`), never on the training loop's."""
+    """Start saving `app` into `step_dir(root, app.step)` in a background thread and return a
+    future of its end (DCP's, with a full disk raised as DiskFull). The state is copied to CPU
+    memory before this returns, so training may go on; the save's collectives run on `group`
+    (from `async_group()`), never on the training loop's."""
     path = step_dir(root, app.step)
     with _quiet():
-        return dcp.async_save({KEY: app}, checkpoint_id=str(path),  # DCP: in a thread
-                              process_group=group, no_dist=_alone())  # DCP: its own group
+        started = dcp.async_save({KEY: app}, checkpoint_id=str(path),  # DCP: in a thread
+                                 process_group=group, no_dist=_alone())  # DCP: its own group
+    done = Future()   # DCP's future, with a full disk turned into DiskFull as `save` does
+
+    def settle(f):
+        exc = f.exception()
+        if exc is None:
+            done.set_result(f.result())
+            return
+        try:
+            full = disk_full(root, path, exc) if isinstance(exc, CheckpointException) else None
+        except OSError as other:  # the file system cannot even be asked: say DCP's error
+            full = None
+            exc.add_note(f"(and asking {root}'s file system for its free space failed: {other})")
+        done.set_exception(full or exc)
+    started.add_done_callback(settle)
+    return done
 
 
 def _first_failure(exc: CheckpointException) -> str:

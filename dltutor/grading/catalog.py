@@ -43,6 +43,8 @@ EXERCISES = (
              "the rank and the cause, checked against what the run did", 2),
     Exercise("08-fix-hang", "08_debugging_distributed.ipynb", "make a hanging script finish",
              "the same collectives on every rank, whatever its share of the data", 2),
+    Exercise("10-resume", "10_checkpoints_and_restarts.ipynb", "save and resume, bit for bit",
+             "an app state for DCP: a run killed at an unseen step resumes bit-identical", 2),
 )
 
 BY_ID = {e.id: e for e in EXERCISES}

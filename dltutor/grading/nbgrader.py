@@ -59,6 +59,7 @@ GRADED = {
     "06-placement": Graded("0db59896", "28b58cf8", "exercise_place.check(place)"),
     "07-file-sharding": Graded("826e7460", "cf2d2464", "exercise_shards.check(MY_SHARDS)"),
     "08-fix-hang": Graded("207fc08a", "4c3e44c8", "exercise_hang.check(MY_FIX)"),
+    "10-resume": Graded("a7e3c1d0", "b94f2e61", "exercise_resume.check(MY_RESUME)"),
 }
 NOT_AUTOGRADED = {
     "08-diagnose": "each run of notebook 08 draws a new broken run to diagnose, so the autograder's "

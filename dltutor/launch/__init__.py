@@ -6,6 +6,8 @@
                (the launcher process each launch starts: standard library only)
   backends.py  how each launcher is started and how its output names ranks (python, torchrun, horovodrun)
   results.py   LaunchResult, LaunchError and the rule that blames the rank that failed first
+  restart.py   launch(..., max_restarts=N): a rank dies -> all stop, the launch starts again
+               (attempt logs kept, DLTUTOR_RESTART_COUNT for the ranks, each restart's blame)
   waiting.py   what a launch says while its ranks are silent (which rank, its last line, until when)
   processes.py the variables that make a rank, launch tags that find every process, free ports
   reaper.py    ends every process of a launch when the kernel that started it dies

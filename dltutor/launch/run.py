@@ -37,7 +37,7 @@ from dltutor.core import env as _env
 from dltutor.core.course import lab_origin
 from dltutor.core.device import default_nproc
 from dltutor.core.dist import free_port, read_report
-from dltutor.launch import reaper
+from dltutor.launch import reaper, restart
 from dltutor.launch.backends import Backend, HorovodBackend, PythonBackend, TorchrunBackend
 from dltutor.launch.processes import (TAG_ENV, check_capacity, checked_request, clean_env,
                                       course_of_ranks, rank_of, tagged_processes)
@@ -159,11 +159,8 @@ class _Run:
 
     def _kill_uninterrupted(self) -> None:
         while True:  # a second press of the stop button must not leave orphans behind
-            try:
-                self.kill()
-                return
-            except KeyboardInterrupt:
-                continue
+            with contextlib.suppress(KeyboardInterrupt):
+                return self.kill()
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, deadline: float) -> int:
@@ -231,8 +228,8 @@ class _Run:
 
 
 def launch(script, nproc: int | None = None, args=(), backend: str = "local", env=None,
-           timeout: float = 1800.0, log_dir=None, threads: int | None = None,
-           echo: bool = True, oversubscribe: bool = False, nodes: int | None = None) -> LaunchResult:
+           timeout: float = 1800.0, log_dir=None, threads: int | None = None, echo: bool = True,
+           oversubscribe: bool = False, nodes: int | None = None, max_restarts: int = 0) -> LaunchResult:
     """Run `script` on `nproc` ranks with `backend` and return a `LaunchResult`.
 
     backend: 'local' (ranks forked from the warm start, dltutor.launch.warm), 'torchrun' (the same
@@ -245,8 +242,11 @@ def launch(script, nproc: int | None = None, args=(), backend: str = "local", en
     `echo=False` keeps the cell quiet. More ranks than GPUs (or, without GPUs, cores) are refused
     unless `oversubscribe`. Raises LaunchError (a rank failed), LaunchTimeout, or
     KeyboardInterrupt (after killing every process of the launch). `nproc=None`: the node's GPUs
-    on a GPU node, else 2 (`dltutor.core.device.default_nproc`).
+    on a GPU node, else 2 (`dltutor.core.device.default_nproc`). `max_restarts=N`: a rank dies ->
+    all stop and all start again, N times at most (a RestartedResult, dltutor.launch.restart).
     """
+    if max_restarts:   # the loop lives in dltutor.launch.restart; each attempt comes back here
+        return restart.restarting(launch, dict(locals()), get_backend)
     nproc = default_nproc() if nproc is None else nproc
     script, args = checked_request(script, nproc, args, timeout, threads, env)
     if origin := lab_origin(script):   # which copy: the student's own, or the installed course

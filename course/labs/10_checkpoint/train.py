@@ -39,7 +39,8 @@ Killed, and restarted by torchrun (dltutor.checkpoint.restarts):
   --kill-at S --kill-rank R    rank R SIGKILLs itself right after step S's optimizer step
   --kill-during-save S         rank 0 (DCP's coordinator) SIGKILLs itself inside step S's save,
                                after every rank's shards and before .metadata: a torn folder
-Both only on the first attempt (torchrun's TORCHELASTIC_RESTART_COUNT is 0), and the killed rank
+Both only on the first attempt (restarts.restart_count() is 0: torchrun's TORCHELASTIC_RESTART_COUNT
+plus launch(max_restarts=N)'s DLTUTOR_RESTART_COUNT), and the killed rank
 first writes the time and step to --ckpt-dir/killed.json. Under
   TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nproc-per-node 2 --rdzv-backend c10d \
       --rdzv-endpoint 127.0.0.1:29500 --max-restarts 1 train.py --tiny --kill-at 5 --kill-rank 1
@@ -50,7 +51,26 @@ attempt's keys are still there when the second starts (pytorch issue 135712). Wi
 restart failed here 3 of 6 times with `Gloo connectFullMesh failed ... Connection refused`
 (the course's measured development notes, torch 2.14.1, 2 gloo ranks) and, with this lab's
 --kill-at 5, 4 of 6 times (2 that error, 2 second attempts hung past 60 s); with it 0 of 6 in both.
-Without torchrun (plain python, the course's launch) nothing restarts: the job just dies.
+Plain python restarts nothing: the job just dies. The course's launch(..., max_restarts=N)
+(dltutor.launch.restart) restarts like torchrun; its ranks see DLTUTOR_RESTART_COUNT instead.
+Seeded random failures (how often to save, dltutor.checkpoint.goodput):
+  --fail-mtbf M --fail-seed S  each attempt draws its time to failure from an exponential with
+                               mean M s and a rank, seeded by (S, attempt); that rank SIGKILLs
+                               itself after the first step past that time (counted from the
+                               start of its training loop: training and saves, not restarts)
+  launch(lab, nproc=2, args=["--fail-mtbf", "5", "--save-every", "20", ...], max_restarts=50)
+
+Warned by the batch system (dltutor.checkpoint.signals; only with --save-on-signal, so that
+torchrun's SIGTERM to the survivors of a killed rank keeps its default): on SIGUSR1 (Slurm's
+--signal=B:USR1@N, forwarded by the batch shell) or SIGTERM (scancel, the time limit) every rank
+ends its current step; an all-reduce of a flag after each step makes every rank stop after the same
+step (a signal that reached only some ranks included); they save that step and exit with status 75
+(signals.STOPPED_ON_SIGNAL), which requeue.sbatch reads as "saved: requeue me". --pace S sleeps S s
+after each step, only so that a 1-minute --time ends mid-training; the output says so.
+  sbatch requeue.sbatch        # a time limit mid-training: saved, requeued, resumed (see its header)
+  sbatch node_loss.sbatch      # 2 nodes; one dies: Slurm requeues the job, it resumes
+Metrics with --save-on-signal: stop_signal (SIGUSR1/SIGTERM, None when it ran to the end),
+signal_stop_step, signal_received (this rank's own), slurm_restart_count; always paced_s.
 
 Each rank prints one `DLTUTOR_METRICS {json}` line: the step it resumed from (resumed_from, None
 for a fresh start), this run's per-step losses on the rank (losses, from step first_step + 1),
@@ -58,9 +78,13 @@ the final step, the final parameters' sha256 (param_digest) and sum of |w| (para
 each save's step and blocking seconds, the parts, the wrap, world size, data and hardware;
 after a restart also restart_count, killed_step/killed_rank/kill_where (from killed.json),
 steps_redone (killed step - step resumed from), kill_to_training_s (wall seconds from the kill to
-the end of this attempt's first step) and skipped (each torn folder passed over: its files).
+the end of this attempt's first step) and skipped (each torn folder passed over: its files);
+rank 0 appends each restart's record to --ckpt-dir/restarts.jsonl too. Always loop_s (seconds in
+this attempt's training loop), startup_s (from launch(max_restarts=N) starting this attempt to
+its training loop; None in other launches) and fail_plan ([seconds, rank] of --fail-mtbf, else [None, None]).
 """
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -68,7 +92,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP  # DDP:
 from torch.utils.data.distributed import DistributedSampler  # DDP:
 
-from dltutor.checkpoint import compare, restarts, store
+from dltutor.checkpoint import compare, restarts, signals, store
 from dltutor.checkpoint.state import PARTS, AppState
 from dltutor.core import dist, env, flags
 from dltutor.core.device import hardware_label
@@ -105,6 +129,13 @@ def parse_args(argv=None):
     p.add_argument("--kill-rank", type=flags.nonnegative_int, default=1, help="the rank --kill-at kills")
     p.add_argument("--kill-during-save", type=flags.positive_int, default=None,
                    help="first attempt only: rank 0 dies inside this step's save, before .metadata")
+    p.add_argument("--fail-mtbf", type=flags.positive_float, default=None,
+                   help="every attempt: a seeded random rank dies after an exponential time, this mean (s)")
+    p.add_argument("--fail-seed", type=int, default=0, help="seed of --fail-mtbf's times and ranks")
+    p.add_argument("--save-on-signal", action="store_true",
+                   help="on SIGUSR1/SIGTERM every rank ends its step, saves it and exits 75 (see docstring)")
+    p.add_argument("--pace", type=flags.nonnegative_float, default=0.0,
+                   help="sleep this many s after each step (a batch system's minute must end mid-training)")
     flags.add_tiny(p, TINY)
     a = flags.parse(p, argv)
     if a.kill_during_save and a.async_save:
@@ -194,6 +225,7 @@ def restart_metrics(attempt, kill, resumed, back_after, skipped) -> dict:
 
 def main(argv=None):
     a = parse_args(argv)
+    stop = signals.StopOnSignal() if a.save_on_signal else None  # Slurm: USR1/TERM -> a flag, early
     with dist.session() as ctx:  # DDP: join the process group (no group under plain python)
         W = ctx.world_size
         x, y = load_data(a.train_subset)
@@ -210,6 +242,8 @@ def main(argv=None):
             raise SystemExit(f"--kill-rank {a.kill_rank}: this run has ranks 0..{W - 1}")
         attempt = restarts.restart_count()  # torchrun: 0, then 1 after the first restart
         kill = restarts.read_kill(ckpt_dir) if attempt else None  # torchrun: what the killed rank wrote
+        fail_s, fail_rank = restarts.failure_plan(a.fail_mtbf, a.fail_seed, attempt, W) if a.fail_mtbf \
+            else (None, None)  # --fail-mtbf: when and which rank this attempt dies
         skipped = {name: sorted(os.listdir(ckpt_dir / name)) for name in store.torn(ckpt_dir)}
         resumed = store.load(ckpt_dir, app)  # DCP: newest complete checkpoint, or None
         step = app.step
@@ -217,23 +251,38 @@ def main(argv=None):
             dist.rank_print(f"resumed from step {resumed} ({ckpt_dir}; parts {','.join(a.ckpt_parts)}; "
                             f"data at epoch {app.data['epoch']}, batch {app.data['offset']})", main_only=True)
         save = Saver(ckpt_dir, app, a.async_save)
+        if a.pace:
+            dist.rank_print(f"each step paced to at least {a.pace} s (--pace): this model trains faster "
+                            "than a batch system's time limit can end", main_only=True)
         losses, stream = [], batches(sampler, a.batch_size, app.data["epoch"], app.data["offset"])
         end = min(a.steps, a.stop_at or a.steps)
-        back_after = None  # s from the kill to this attempt's first step done
+        back_after, loop_t0 = None, time.perf_counter()  # s from the kill to this attempt's first step
+        startup_s = restarts.startup_s()  # goodput: the attempt's launch -> its training
         while step < end:
             idx, after = next(stream)
             loss, _ = train_step(model, opt, x[idx].to(ctx.device), y[idx].to(ctx.device))  # DDP:
             step += 1
             if kill and back_after is None:
                 back_after = time.time() - kill["time"]  # torchrun: kill -> training again
+                if ctx.is_main:  # every restart's cost, not only the last one's (killed.json)
+                    restarts.note_restart(ckpt_dir, restart_metrics(attempt, kill, resumed, back_after, {}))
             if step == a.kill_at and ctx.rank == a.kill_rank and attempt == 0:  # torchrun:
                 restarts.kill_now(ckpt_dir, step, ctx.rank)  # torchrun: SIGKILL, no cleanup
+            if ctx.rank == fail_rank and time.perf_counter() - loop_t0 >= fail_s:  # --fail-mtbf: its time
+                restarts.kill_now(ckpt_dir, step, ctx.rank, where=f"{fail_s:.2f} s into attempt {attempt}")
+            if a.pace:
+                time.sleep(a.pace)  # Slurm: only so that --time ends mid-training
             losses.append(loss.item())
             app.step, app.data = step, after
             if (a.save_every and step % a.save_every == 0) or step == a.stop_at:
                 torn = step == a.kill_during_save and attempt == 0  # DCP: die mid-save
                 save(restarts.TornWriter(store.step_dir(ckpt_dir, step), ckpt_dir, step, ctx.rank)
                      if torn else None)
+            if stop and step < end and stop.agreed(ctx.device):  # DDP: every rank, the same step
+                if not save.log or save.log[-1][0] != step:
+                    save()  # DCP: this step, then exit STOPPED_ON_SIGNAL
+                dist.rank_print(f"{stop.stop}: stopped after step {step}, saved", main_only=True)
+                break
         save.wait()  # DCP: an async save must finish before the process ends
         full = compare.full_model_state(model)  # FSDP2: gathers the shards (every rank calls it)
         if a.save_params and ctx.is_main:
@@ -248,8 +297,12 @@ def main(argv=None):
                     param_digest=compare.digest(full),
                     param_checksum=float(sum(v.double().abs().sum() for v in full.values())),
                     hardware=hardware_label(ctx.device), backend=ctx.backend,
+                    paced_s=a.pace, **(stop.metrics(step) if stop else {}),
+                    loop_s=time.perf_counter() - loop_t0, fail_plan=[fail_s, fail_rank], startup_s=startup_s,
                     **restart_metrics(attempt, kill, resumed, back_after, skipped))
+        return signals.STOPPED_ON_SIGNAL if stop and stop.stop else 0
 
 
 if __name__ == "__main__":
-    main()
+    code = main()  # 75 after a stop on a signal
+    sys.exit(code)  # looked up after main(): the sys.exit that dltutor.core.rank_exit records
