@@ -173,12 +173,15 @@ def scope_of(nodeid: str) -> str:
 # this xdist orders units by their number of tests, which put the one-test browser test and the
 # two-test headless lab (about 100 s together) last, alone on one worker while the other had
 # finished. Their durations in a full run (pytest --durations=0, summed per unit, 2 workers):
-# slurm 1100 s (of which the site dry-run tier 135-220 s), launch forms 660 s, test_launch 260 s, notebook 03 120 s, notebook 04 85 s,
+# slurm 1100 s (of which the site dry-run tier 135-220 s; since then lab 10's requeue and node-loss
+# jobs, tests/test_checkpoint_slurm.py, 150-165 s more), launch forms 660 s, test_launch 260 s,
+# notebook 03 120 s, notebook 04 85 s, notebook 10 55-60 s,
 # test_deepspeed_zero 85 s, test_horovod_lab 75 s, test_gpu_dryrun 70 s, test_engines 65 s,
 # test_exercises 65 s, test_headless_lab 65 s, test_train 65 s, test_browser 55 s; the rest < 60 s.
 LONGEST_FIRST = (SLURM_GROUP, "tests/test_launch_forms.py", "tests/test_launch.py",
                  "course/notebooks/03_horovod_synthetic_resnet50.ipynb",
                  "course/notebooks/04_deepspeed_out_of_core_bert.ipynb",
+                 "course/notebooks/10_checkpoints_and_restarts.ipynb",
                  "tests/test_deepspeed_zero.py", "tests/test_horovod_lab.py",
                  "tests/test_gpu_dryrun.py", "tests/test_engines.py", "tests/test_exercises.py",
                  "tests/test_headless_lab.py", "tests/test_train.py", "tests/test_browser.py")

@@ -7,30 +7,13 @@ up instead of read, typed-in throughputs) fail. Tiny sizes; one launch per 07 te
 """
 from __future__ import annotations
 
-from pathlib import Path
 
-import nbformat
 import pytest
 
 from dltutor.core import course
 from dltutor.io import exercise_shards
+from exercise_files import cell_starting, verdict
 
-ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ROOT / "course" / "notebooks"
-
-
-def cell_starting(notebook: str, head: str) -> str:
-    nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
-    cells = [c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith(head)]
-    assert len(cells) == 1, f"{notebook}: expected one cell starting {head!r}, found {len(cells)}"
-    return cells[0]
-
-
-def verdict(capsys, ok: bool, status: str) -> str:
-    out = capsys.readouterr().out
-    assert ok is (status == "passed"), out
-    assert out.count(f"{status}:") == 1, out
-    return out
 
 
 # ------------------------------------------------------------------ notebook 07: file sharding

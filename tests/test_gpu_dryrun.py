@@ -308,3 +308,21 @@ def test_the_warm_start_server_refuses_to_fork_after_cuda_was_initialised(monkey
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     with pytest.raises(RuntimeError, match="CUDA was initialised while preloading"):
         warm_server.preload(names=())
+
+
+# ---------------------------------------------------------------- lab 10: a stop agreed on the GPU
+def test_lab10_stop_on_signal_agrees_with_a_flag_on_the_ranks_gpu():
+    """Lab 10's --save-on-signal all-reduces a flag after every step (dltutor.checkpoint.signals):
+    under NCCL the flag must live on the rank's GPU; made on the CPU, NCCL would refuse it."""
+    from dltutor.checkpoint.signals import StopOnSignal
+    from dltutor.core import dist
+    stop = StopOnSignal(names=())           # no handler installed: only the agreement is driven
+    with nccl_dry_run(world_size=2, rank=1) as run:
+        ctx = dist.init()
+        with pytest.raises(NoValues):       # the all-reduce passed its checks; .item() reads a value
+            stop.agreed(ctx.device)
+        assert run.calls[-1].name == "all_reduce" and run.calls[-1].devices == ("cuda:1",)
+        assert run.calls[-1].detail == "MAX"
+        with pytest.raises(DryRunError, match="a tensor on cpu"):
+            stop.agreed(None)               # the flag on the CPU: what NCCL refuses
+        dist.teardown()

@@ -9,10 +9,8 @@ interrupt ends it) are checked with a stand-in for one launch.
 """
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
 from dltutor.checkpoint import restarts
@@ -20,26 +18,9 @@ from dltutor.launch import restart
 from dltutor.launch.results import LaunchError, LaunchResult, LaunchTimeout
 from dltutor.launch.run import launch
 
+from test_launch import tag, tagged  # noqa: F401  (the fixture: no process outlives a launch)
+
 RANK = Path(__file__).parent / "scripts" / "restart_rank.py"
-
-
-def tagged(tag):
-    """Live (non-zombie) processes whose environment carries TEST_TAG=tag."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and p.environ().get("TEST_TAG") == tag:
-                found.append(p)
-        except (psutil.Error, OSError):
-            pass
-    return found
-
-
-@pytest.fixture
-def tag():
-    value = uuid.uuid4().hex
-    yield value
-    assert tagged(value) == [], "processes outlived the launch"
 
 
 def go(tmp_path, tag, fail_attempts, max_restarts, backend="local"):
