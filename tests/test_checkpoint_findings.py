@@ -30,7 +30,8 @@ def restart_row(**over) -> dict:
 # ------------------------------------------------------------------ the sentences follow the numbers
 def test_an_exact_resume_is_called_bit_for_bit():
     [line] = findings.resume([gap()])
-    assert "bit for bit" in line and "NOT" not in line and "all 16 losses" in line
+    assert "bit for bit" in line and "NOT" not in line
+    assert "all 10 losses after the resume (every rank, steps 4-8) and the 6 before it" in line
     assert "largest difference 0.0" in line
 
 
@@ -66,12 +67,12 @@ def test_reshard_is_exact_only_when_every_row_is():
             {"loaded_on": "one process, no process group", "resumed_from": 8, "param_max_diff": 0.0}]
     result = {"rows": rows, "save_ranks": 4, "step": 8, "wrap": "fsdp2", "hardware": "CPU/gloo"}
     [line] = findings.reshard(result)
-    assert "the reshard is exact" in line and "Saved on 4 FSDP2 ranks (CPU/gloo)" in line
+    assert "the parameters reshard exactly" in line and "Saved on 4 FSDP2 ranks (CPU/gloo)" in line
     rows[1]["param_max_diff"] = 1.5e-7
     lines = findings.reshard(result)
     assert "exact" in lines[0] and "2 ranks" in lines[0] and "one process" not in lines[0]
     assert "one process, no process group: NOT exact" in lines[1] and "1.5e-07" in lines[1]
-    assert not any("the reshard is exact" in ln for ln in lines)
+    assert not any("reshard exactly" in ln for ln in lines)
 
 
 def test_a_restart_reports_its_step_its_seconds_and_the_skipped_folder():
@@ -98,7 +99,7 @@ def test_takeaways_follow_the_numbers():
     lines = findings.takeaways([gap(), gap(wrap="fsdp2", param_max_diff=1e-9)], parts, reshard,
                                [restart_row()])
     assert lines[0] == "Stop and resume was bit for bit for DDP; NOT for FSDP2."
-    assert "rng broke it" in lines[1] and "(exact)" in lines[2]
+    assert "rng broke it" in lines[1] and "(the parameters exact)" in lines[2]
     assert "1 step(s) redone, final parameters bit for bit" in lines[3]
 
 
@@ -158,7 +159,7 @@ def test_a_real_reshard_compares_each_load_and_the_converted_file(tmp_path):
     assert (res["step"], one["loaded_on"], one["wrap"]) == (8, "one process, no process group", "none")
     assert file["loaded_on"] == "a dcp_to_torch file" and (tmp_path / "reshard.torch.pt").is_file()
     assert one["param_max_diff"] == 0.0 == file["param_max_diff"] and one["same_digest"] and file["same_digest"]
-    assert findings.reshard(res)[0].endswith("the reshard is exact.")
+    assert "the parameters reshard exactly" in findings.reshard(res)[0]
 
 
 def _segments(stop_steps=(14, 14), digest="ab" * 32):

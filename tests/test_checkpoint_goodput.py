@@ -50,6 +50,11 @@ def test_a_runs_goodput_comes_from_its_own_numbers():
     got = goodput.accounting(res, steps=100, every=20)      # the slowest rank: 0.01 s, 1.0 s
     assert got["useful_s"] == pytest.approx(1.0) and got["spent_s"] == pytest.approx(2.0)
     assert got["goodput"] == pytest.approx(0.5) and got["interval_s"] == pytest.approx(0.2)
+    assert got["saves"] == 4                                # steps 20, 40, 60, 80 (not the last)
+    same_work = goodput.accounting(res, steps=100, every=20, step_s=0.005)   # the uninterrupted step
+    assert same_work["useful_s"] == pytest.approx(0.5) and same_work["interval_s"] == pytest.approx(0.1)
+    assert same_work["step_s"] == pytest.approx(0.01)       # its own step time is still reported
+    assert goodput.accounting(res, steps=100, every=200)["saves"] == 0
 
 
 def test_the_kill_schedule_is_seeded_and_exponential():
@@ -65,11 +70,12 @@ def test_the_kill_schedule_is_seeded_and_exponential():
 def study(kills=(1, 2, 1)):
     rows = [{"x_young": k, "every_steps": e, "interval_s": e * 0.003, "kills": n, "steps_redone": 9,
              "useful_s": 3.0, "spent_s": 3.0 / g, "goodput": g, "first_order": 0.5, "expected": 0.6,
-             "bit_for_bit": b}
-            for k, e, n, g, b in zip((0.25, 1, 4), (30, 120, 480), kills, (0.7, 0.8, 0.6),
-                                     (True, True, False))]
+             "bit_for_bit": b, "saves": sv}
+            for k, e, n, g, b, sv in zip((0.25, 1, 4), (30, 120, 480), kills, (0.7, 0.8, 0.6),
+                                         (True, True, False), (33, 8, 2))]
     return {"rows": rows, "save_s": 0.025, "saves_timed": 40, "restarts_timed": 4,
-            "calibration": {"save_s": 0.03, "restart_s": 1.5}, "restart_s": 0.4, "mtbf_s": 3.0,
+            "calibration": {"save_s": 0.03, "restart_s": 1.5, "young_s": goodput.young_interval(0.03, 3.0)},
+            "restart_s": 0.4, "mtbf_s": 3.0, "steps": 1000,
             "young_s": goodput.young_interval(0.025, 3.0), "daly_s": goodput.daly_interval(0.025, 3.0),
             "step_s": 0.003, "ceiling": 0.95, "fast": True,
             "label": "CPU/gloo, 2 ranks, fast mode"}
@@ -79,17 +85,26 @@ def test_findings_come_from_the_numbers():
     text = "\n".join(goodput.findings(study()))
     assert "CPU/gloo, 2 ranks, fast mode" in text and "ASSUMED" in text
     assert "C = 0.025 s" in text and "R = 0.40 s" in text and "goodput 95.0%: the ceiling" in text
-    assert "saving every 120 steps, goodput 80.0% (Young's interval itself)" in text
+    assert "warm server" in text and "cold start" in text          # what R is, and is not
+    assert "multiples of Young's interval from the calibration run (C = 0.030 s): 0.424 s" in text
+    # 80.0 % vs 70.0 %: 10 points; one kill more at 1x: 0.4 + 0.18 s on 3.75 s spent -> ~10.8 points
+    assert "Highest goodput in this run: saving every 120 steps (1x Young's), 80.0%, 10.0 points " \
+           "above the next (0.25x, 70.0%)" in text and "inconclusive in this run" in text
+    assert "Measured minus Daly's exact model: +10 points at 0.25x, +20 points at 1x, +0 points at 4x" in text
     assert "1 at 0.25x, 2 at 1x, 1 at 4x kills" in text
+    assert "No save fell inside" not in text
     assert "2 of 3 runs ended with the uninterrupted run's parameters bit for bit" in text
     assert "NOT every 480" in text
     assert "419 unexpected interruptions in 54 days" in text and "that paper's figure" in text
     other = study(kills=(0, 3, 5))
-    other["rows"][0]["goodput"] = 0.9
+    other["rows"][0].update(goodput=0.99, spent_s=3.0 / 0.99)
+    other["rows"][2]["saves"] = 0
     text = "\n".join(goodput.findings(other))
     assert "0 at 0.25x, 3 at 1x, 5 at 4x kills" in text
-    assert "saving every 30 steps, goodput 90.0% (0.25x Young's; at 1x Young's it was 80.0%, " \
-           "10.0 points less)" in text
+    assert "saving every 30 steps (0.25x Young's), 99.0%, 19.0 points above the next (1x, 80.0%), " \
+           "more than one kill's worth" in text
+    assert "No save fell inside the run at 4x (an interval of 480 steps or more in a run of 1000 " \
+           "steps)" in text
 
 
 def test_the_plot_is_labelled():
@@ -97,7 +112,7 @@ def test_the_plot_is_labelled():
     matplotlib.use("Agg")
     ax = goodput.plot(study())
     assert "CPU/gloo" in ax.get_title() and "fast mode" in ax.get_title() and "assumed" in ax.get_title()
-    assert [t.get_text() for t in ax.texts] == ["1 kills", "2 kills", "1 kills"]
+    assert [t.get_text() for t in ax.texts] == ["1 kill", "2 kills", "1 kill"]
     assert len(ax.get_lines()) == 5        # two models, the measured points, ceiling, Young's
     assert "Young" in str(goodput.table(study())) or "× Young" in str(goodput.table(study()))
 

@@ -16,6 +16,13 @@ def test_trend_directions():
     assert "up and down" in f.trend("bubble", [1, 2, 4], [0.2, 0.6, 0.4], x_name="m")
     flat = f.trend("bubble", [1, 2], [0.50, 0.52], x_name="m", spreads=[0.05, 0.05])
     assert f.INCONCLUSIVE in flat
+    # each neighbour inside the spreads (gaps 0.0045 and 0.0038, ±0.0057 combined), the ends apart
+    # (0.0083): steps that add up are a rise, not "flat" (a notebook 10 fast run said flat)
+    creep = f.trend("async", [256, 1024, 2048], [0.0060, 0.0105, 0.0143], x_name="hidden",
+                    spreads=[0.004, 0.004, 0.004])
+    assert "rises as hidden grows" in creep and f.INCONCLUSIVE not in creep
+    same = f.trend("async", [1, 2, 3], [0.010, 0.011, 0.012], x_name="m", spreads=[0.01] * 3)
+    assert f.INCONCLUSIVE in same
 
 
 def test_against_agrees_above_below():

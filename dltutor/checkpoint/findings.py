@@ -48,9 +48,11 @@ def resume(gaps) -> list[str]:
         if g["resumed_from"] != g["stop_at"]:
             who += f" (not step {g['stop_at']}, where it stopped)"
         if exact(g):
-            lines.append(f"{who}: all {g['steps']} losses (every rank, steps 1-{g['total_steps']}) "
-                         f"equal the uninterrupted run's bit for bit, and so do the final parameters "
-                         f"(largest difference {_diff(g['param_max_diff'])}, the same sha256).")
+            after = (g["total_steps"] - g["resumed_from"]) * g["world_size"]
+            lines.append(f"{who}: all {after} losses after the resume (every rank, steps "
+                         f"{g['resumed_from'] + 1}-{g['total_steps']}) and the {g['steps'] - after} "
+                         f"before it equal the uninterrupted run's bit for bit, and so do the final "
+                         f"parameters (largest difference {_diff(g['param_max_diff'])}, the same sha256).")
         else:
             lines.append(f"{who}: NOT bit for bit: {_parted(g)}.")
     return lines
@@ -88,10 +90,10 @@ def reshard(result: dict) -> list[str]:
     lines = []
     if same and not other:
         lines.append(f"{head}; loaded on {where}: the largest parameter difference is 0.0 in every "
-                     "case: the reshard is exact.")
+                     "case: the parameters reshard exactly (Adam's moments were loaded too, not compared here).")
     else:
         if same:
-            lines.append(f"{head}; loaded on {where}: exact (largest difference 0.0).")
+            lines.append(f"{head}; loaded on {where}: the parameters exact (largest difference 0.0).")
         lines += [f"{head}; loaded on {r['loaded_on']}: NOT exact, the parameters differ by up to "
                   f"{_diff(r['param_max_diff'])}." for r in other]
     late = [r for r in rows if r["resumed_from"] != result["step"]]
@@ -140,7 +142,7 @@ def takeaways(gaps, part_rows, reshard_result, restart_rows) -> list[str]:
     worst = max(r["param_max_diff"] for r in rows)
     lines.append(f"A checkpoint of {reshard_result['save_ranks']} ranks, loaded on "
                  f"{'; '.join(r['loaded_on'] for r in rows)}: largest parameter difference {_diff(worst)}"
-                 + (" (exact)." if worst == 0.0 else " (NOT exact)."))
+                 + (" (the parameters exact)." if worst == 0.0 else " (NOT exact)."))
     for r in restart_rows:
         if r["rc"] == 0 and r["kill_to_training_s"] is not None:
             who = "torchrun" if r.get("via", "torchrun") == "torchrun" else "the course's launch"

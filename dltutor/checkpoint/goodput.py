@@ -24,10 +24,11 @@ start of its training loop (failures while training or saving, as in Young's mod
 restart, which Daly's exact model also counts), so every interval meets the same failure times
 (common random numbers: a fairer comparison). The models are drawn with C and R measured over all
 these runs (every save of their last attempts, every restart).
-Goodput of a run = useful work / time spent, both from that run alone (the machine's speed drifts
-between runs): useful = its steps x its mean step time (its last attempt's, saves excluded),
-spent = the whole launch's wall time - the start-up of its last attempt (launched -> training loop),
-the part every launch pays once. The uninterrupted run, measured the same way, is the
+Goodput of a run = useful work / time spent: useful = its steps x the uninterrupted run's mean step
+time (saves excluded; every run does the same steps, so the same useful work), spent = the whole
+launch's wall time - the start-up of its last attempt (launched -> training loop), the part every
+launch pays once. The intervals are multiples of Young's from the calibration run's C, in steps at
+the uninterrupted step time; an interval as long as the run leaves no save in it (said so). The uninterrupted run, measured the same way, is the
 ceiling (no failure, no save). Each run must end with its parameters bit for bit (resumes load
 complete checkpoints).
 """
@@ -85,12 +86,17 @@ def step_time(m: dict) -> float:
     return (m["loop_s"] - sum(s[1] for s in m["saves"])) / max(1, len(m["losses"]))
 
 
-def accounting(res, steps: int, every: int) -> dict:
-    """One run's goodput from its own numbers (the last attempt's ranks: the slowest)."""
-    step_s, startup_s = max(map(step_time, res.metrics)), max(res.metric("startup_s"))
+def accounting(res, steps: int, every: int, step_s: float | None = None) -> dict:
+    """One run's goodput: useful = its `steps` x `step_s` (the uninterrupted run's step time: every
+    run does the same work; default: this run's own, for the uninterrupted run itself), spent =
+    its wall time - the start-up of its last attempt. `saves` counts the saves inside the run."""
+    own = max(map(step_time, res.metrics))
+    step_s = step_s or own
+    startup_s = max(res.metric("startup_s"))
     useful, spent = steps * step_s, res.wall_time - startup_s
-    return {"interval_s": every * step_s, "step_s": step_s, "useful_s": useful, "spent_s": spent,
-            "wall_s": res.wall_time, "goodput": useful / spent}
+    return {"interval_s": every * step_s, "step_s": own, "useful_s": useful, "spent_s": spent,
+            "wall_s": res.wall_time, "goodput": useful / spent,
+            "saves": (steps - 1) // every if every else 0}
 
 
 def measure(multiples=(0.25, 1.0, 4.0), mtbf_s: float | None = None, seed: int = 0,
@@ -122,7 +128,7 @@ def measure(multiples=(0.25, 1.0, 4.0), mtbf_s: float | None = None, seed: int =
         back = restarts.read_restarts(root / name)
         backs += [b["kill_to_training_s"] for b in back]
         saves += [s[1] for m in res.metrics for s in m["saves"]]
-        rows.append({**accounting(res, mode["steps"], every), "x_young": k, "every_steps": every,
+        rows.append({**accounting(res, mode["steps"], every, step_s), "x_young": k, "every_steps": every,
                      "kills": res.restart_count, "killed_ranks": [r.ranks for r in res.restarts],
                      "steps_redone": sum(b["steps_redone"] for b in back),
                      "bit_for_bit": res.metrics[0]["param_digest"] == digest, "log_dir": str(res.log_dir)})
@@ -132,9 +138,12 @@ def measure(multiples=(0.25, 1.0, 4.0), mtbf_s: float | None = None, seed: int =
         r["first_order"] = first_order_goodput(r["interval_s"], save_s, restart_s, mtbf_s)
         r["expected"] = expected_goodput(r["interval_s"], save_s, restart_s, mtbf_s)
     young_s, daly_s = young_interval(save_s, mtbf_s), daly_interval(save_s, mtbf_s)
+    for r in rows:   # the work done twice, at the uninterrupted step time: within what was spent
+        r["redone_s"] = r["steps_redone"] * step_s
     m0 = ref.metrics[0]
     return {"rows": rows, "save_s": save_s, "saves_timed": len(saves), "restarts_timed": len(backs),
-            "calibration": {"save_s": cal_save_s, "restart_s": cal_restart_s},
+            "calibration": {"save_s": cal_save_s, "restart_s": cal_restart_s,
+                            "young_s": young_interval(cal_save_s, mtbf_s)},
             "restart_s": restart_s, "mtbf_s": mtbf_s, "young_s": young_s, "daly_s": daly_s,
             "step_s": step_s, "ceiling": accounting(ref, mode["steps"], 0)["goodput"], "steps": mode["steps"],
             "nproc": nproc, "seed": seed, "fast": fast, "root": str(root),
@@ -143,55 +152,78 @@ def measure(multiples=(0.25, 1.0, 4.0), mtbf_s: float | None = None, seed: int =
 
 def table(study: dict) -> Table:
     """One row per interval: kills, goodput measured and modelled, bit for bit."""
-    cols = ["x_young", "every_steps", "interval_s", "kills", "steps_redone", "useful_s", "spent_s",
+    cols = ["x_young", "every_steps", "interval_s", "saves", "kills", "steps_redone", "useful_s", "spent_s",
             "goodput", "first_order", "expected", "bit_for_bit"]
     return Table(study["rows"], cols, digits={"interval_s": 3, "useful_s": 1, "spent_s": 1,
                                               "goodput": 3, "first_order": 3, "expected": 3},
-                 headers={"x_young": "× Young", "every_steps": "save every (steps)",
+                 headers={"x_young": "× Young (calibration's)", "every_steps": "save every (steps)",
+                          "saves": "saves in the run",
                           "interval_s": "interval (s)", "first_order": "model (1st order)",
                           "expected": "model (Daly exact)", "useful_s": "useful (s)",
                           "spent_s": "spent (s)"},
                  note=f"{study['label']}; M = {study['mtbf_s']:g} s ASSUMED; goodput = useful / "
-                      "spent: steps x mean step time / (launch wall time - last start-up)")
+                      "spent: steps x the uninterrupted run's step time / (launch wall time - last start-up)")
+
+
+def _kill_points(row: dict, s: dict) -> float:
+    """Goodput points one kill more would cost this run: R + half an interval added to its spent."""
+    cost = s["restart_s"] + row["interval_s"] / 2
+    return 100 * (row["goodput"] - row["useful_s"] / (row["spent_s"] + cost))
+
+
+def _best(rows: list, s: dict) -> str:
+    """Which interval did best here, and whether the gap to the next is beyond one kill's worth."""
+    ranked = sorted(rows, key=lambda r: r["goodput"], reverse=True)
+    best, second = ranked[0], ranked[1]
+    gap, worth = 100 * (best["goodput"] - second["goodput"]), _kill_points(best, s)
+    head = (f"Highest goodput in this run: saving every {best['every_steps']} steps "
+            f"({best['x_young']:g}x Young's), {best['goodput']:.1%}, {gap:.1f} points above the next "
+            f"({second['x_young']:g}x, {second['goodput']:.1%})")
+    if gap < worth:
+        return head + (f"; one kill more or less is worth about {worth:.0f} points here, so which "
+                       "interval is best is inconclusive in this run.")
+    return head + f", more than one kill's worth (about {worth:.0f} points)."
 
 
 def findings(study: dict) -> list[str]:
     """Sentences printed from the study's numbers."""
     s, rows = study, study["rows"]
+    cal = s["calibration"]
     out = [f"Measured on {s['label']}: a save blocks the loop C = {s['save_s']:.3f} s (median of "
            f"{s['saves_timed']} saves), a restart costs R = {s['restart_s']:.2f} s from the kill to "
            + (f"training again (mean of the runs' {s['restarts_timed']}; the calibration's: "
-              f"{s['calibration']['restart_s']:.2f} s)" if s["restarts_timed"] else
+              f"{cal['restart_s']:.2f} s)" if s["restarts_timed"] else
               "training again (the calibration's: no run below resumed after a kill)")
-           + f"; M = {s['mtbf_s']:g} s is ASSUMED (scaled to this demo), not measured.",
-           f"Young's interval sqrt(2CM) = {s['young_s']:.3f} s of work "
-           f"(~{s['young_s'] / s['step_s']:.0f} steps of {1000 * s['step_s']:.1f} ms); "
-           f"Daly's = {s['daly_s']:.3f} s. The uninterrupted run (no failure, no save) measured the "
-           f"same way has goodput {s['ceiling']:.1%}: the ceiling of this accounting."]
-    best = max(rows, key=lambda r: r["goodput"])
-    near = min(rows, key=lambda r: abs(math.log(r["x_young"])))
-    there = (f"Young's interval itself" if best is near else
-             f"{best['x_young']:g}x Young's; at {near['x_young']:g}x Young's it was {near['goodput']:.1%}, "
-             f"{100 * (best['goodput'] - near['goodput']):.1f} points less")
-    out.append(f"Best in this run: saving every {best['every_steps']} steps, goodput {best['goodput']:.1%} "
-               f"({there}); at Young's interval the first-order model says {near['first_order']:.1%} "
-               f"and Daly's exact model {near['expected']:.1%}.")
+           + f"; M = {s['mtbf_s']:g} s is ASSUMED (scaled to this demo), not measured. These restarts are "
+           "the course's launch, whose ranks fork from a warm server with torch already imported; a "
+           "cold start (torchrun, section 6) took longer, and a real job's restart also pays the "
+           "scheduler, NCCL's set-up and data loading.",
+           f"The intervals tried are multiples of Young's interval from the calibration run "
+           f"(C = {cal['save_s']:.3f} s): {cal['young_s']:.3f} s of work, at the uninterrupted step of "
+           f"{1000 * s['step_s']:.2f} ms. With C over all the runs' saves, Young's sqrt(2CM) = "
+           f"{s['young_s']:.3f} s and Daly's = {s['daly_s']:.3f} s (the dotted line in the plot). The "
+           f"uninterrupted run (no failure, no save) measured the same way has goodput {s['ceiling']:.1%}: "
+           "the ceiling of this accounting.", _best(rows, s)]
+    out.append("Measured minus Daly's exact model: " + ", ".join(
+        f"{100 * (r['goodput'] - r['expected']):+.0f} points at {r['x_young']:g}x" for r in rows)
+        + " (the model counts failures during restarts and saves too, and expects M per failure; the "
+          "runs had the kills below).")
     kills = ", ".join(f"{r['kills']} at {r['x_young']:g}x" for r in rows)
     expect = statistics.mean(r["spent_s"] for r in rows) / s["mtbf_s"]
-    cost = s["restart_s"] + near["interval_s"] / 2      # one kill: the restart, half an interval
-    spent, work = near["spent_s"], near["useful_s"]
     out.append(f"Few failures make this noisy: the runs had {kills} kills (at M = {s['mtbf_s']:g} s, "
-               f"runs this long expect about {expect:.1f} each); one kill more adds about "
-               f"{cost:.2f} s (R + half an interval) to {spent:.1f} s spent for {work:.1f} s of "
-               f"work, {100 * (near['goodput'] - work / (spent + cost)):.0f} points of goodput at "
-               f"{near['x_young']:g}x Young's.")
+               f"runs this long expect about {expect:.1f} each).")
+    none = [r for r in rows if r.get("saves") == 0]
+    if none:
+        out.append("No save fell inside the run at " + ", ".join(f"{r['x_young']:g}x" for r in none)
+                   + f" (an interval of {none[0]['every_steps']} steps or more in a run of "
+                     f"{s['steps']} steps): every restart there began again at step 0.")
     exact = [r for r in rows if r["bit_for_bit"]]
     out.append(f"{len(exact)} of {len(rows)} runs ended with the uninterrupted run's parameters "
                f"bit for bit (same sha256)" + ("." if len(exact) == len(rows) else
                ": NOT " + ", ".join(f"every {r['every_steps']}" for r in rows if not r["bit_for_bit"])))
     out.append(f"For scale, {LLAMA3} (one every {LLAMA3_MTBF_S / 3600:.1f} h, that paper's "
-               f"figure); with this run's C, Young's interval at that M would be "
-               f"{young_interval(s['save_s'], LLAMA3_MTBF_S):.0f} s.")
+               "figure); Young's interval grows with sqrt(C M), and a model of that size takes minutes, "
+               "not this demo's milliseconds, to save.")
     return out
 
 
@@ -208,7 +240,7 @@ def plot(study: dict, ax=None):
     ax.plot(taus, [expected_goodput(t, *args) for t in taus], "--", label="exact model (Daly)")
     ax.plot([r["interval_s"] for r in rows], [r["goodput"] for r in rows], "o", label="measured")
     for r in rows:
-        ax.annotate(f"{r['kills']} kills", (r["interval_s"], r["goodput"]), fontsize=8,
+        ax.annotate(f"{r['kills']} kill" + ("" if r["kills"] == 1 else "s"), (r["interval_s"], r["goodput"]), fontsize=8,
                     textcoords="offset points", xytext=(4, 4))
     ax.axhline(s["ceiling"], color="grey", lw=0.8, label="no failure, no save")
     ax.axvline(s["young_s"], color="grey", lw=0.8, ls=":", label=f"Young {s['young_s']:.2f} s")

@@ -30,6 +30,7 @@ from dltutor.checkpoint.state import PARTS
 from dltutor.core import env
 from dltutor.core.course import lab
 from dltutor.core.device import CPU_ONLY_ENV, plan_ranks
+from dltutor.launch.restart import signal_name
 from dltutor.launch.run import launch
 
 LAB = "10_checkpoint/train.py"
@@ -209,9 +210,10 @@ def _restarted(via: str, args, log_dir: Path, max_restarts: int, timeout: float)
         return {"rc": res["rc"], "metrics": res["metrics"], "lines": lines}
     res = launch(lab(LAB), nproc=NPROC, args=[str(a) for a in args], log_dir=log_dir, echo=False,
                  timeout=timeout, max_restarts=max_restarts, env=rank_plan().env)
-    lines = [f"attempt {r.attempt} ended {r.failed_at_s:.2f} s into the launch: "
-             f"{r.cause.splitlines()[0].rstrip('.')}; every rank started again at {r.restarted_at_s:.2f} s"
-             for r in res.restarts]
+    lines = [f"attempt {r.attempt} ended {r.failed_at_s:.2f} s into the launch: rank "
+             f"{', '.join(map(str, r.ranks))} blamed; " + (", ".join(
+                 f"rank {k}: {signal_name(c)}" for k, c in r.exit_codes.items()) or "no exit codes read")
+             + f"; every rank started again at {r.restarted_at_s:.2f} s" for r in res.restarts]
     return {"rc": res.returncode, "metrics": {m["rank"]: m for m in res.metrics}, "lines": lines}
 
 

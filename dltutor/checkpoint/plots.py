@@ -45,7 +45,7 @@ def plot_parts(whole, resumed: dict, stop_at: int, hardware: str, path=None):
     step (0 everywhere: the same run). `whole`: (steps, losses); `resumed`: {part: (steps, losses)}."""
     import matplotlib.pyplot as plt
     base = dict(zip(*whole))
-    fig, ax = plt.subplots(figsize=(7, 3.4))
+    fig, ax = plt.subplots(figsize=(9, 3.4))
     ax.axhline(0.0, color="black", lw=1, alpha=0.6, label="uninterrupted (every part restored)")
     for (part, (steps, losses)), marker in zip(resumed.items(), "os^vD"):
         after = [(s, v - base[s]) for s, v in zip(steps, losses) if s > stop_at and s in base]
@@ -55,4 +55,9 @@ def plot_parts(whole, resumed: dict, stop_at: int, hardware: str, path=None):
     ax.set_xlabel("step")
     ax.set_ylabel("loss minus uninterrupted loss\n(rank 0)")
     ax.set_title(f"Resumed without one part of the checkpoint {labels(hardware)}", fontsize=9)
-    return finish(fig, ax, path)
+    finish(fig, ax)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))   # beside the curves, not on them
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=100)
+    return fig

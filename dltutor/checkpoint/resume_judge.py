@@ -162,7 +162,8 @@ def judge(records: list[dict], plan: dict) -> tuple[list[str], str]:
         return [f"{how_it_ended(plan)}; every piece of state matched right after the resume from "
                 f"step {c}, but:", *later], ""
     p = resumed[ranks[0]]["probe"]
-    redone = f" (steps {c + 1}-{plan['step']} done again)" if c < plan["step"] else ""
+    redone = ("" if c >= plan["step"] else f" (step {c + 1} done again)" if c + 1 == plan["step"]
+              else f" (steps {c + 1}-{plan['step']} done again)")
     return [], (f"{how_it_ended(plan)} (seed {plan['seed']}); the new run resumed from step {c}"
                 f"{redone}: on "
                 f"{_ranks(ranks)} the parameters, Adam's state, the torch and Python RNG states, "

@@ -69,11 +69,14 @@ def compare(name_a: str, a: float, name_b: str, b: float, *, unit: str = "",
 
 
 def direction(ys, spreads=None) -> str:
-    """'falls', 'rises', 'flat' (every step inside the spreads) or 'not monotone'."""
+    """'falls', 'rises', 'flat' (every step inside the spreads, and the first and last points
+    too) or 'not monotone'. Small steps that add up count: first and last apart -> rises/falls."""
     spreads = list(spreads) if spreads is not None else [0.0] * len(ys)
     steps = [(0 if not differs(y0, y1, s0, s1) else (1 if y1 > y0 else -1))
              for y0, y1, s0, s1 in zip(ys, ys[1:], spreads, spreads[1:])]
     if all(s == 0 for s in steps):
+        if len(ys) > 2 and differs(ys[0], ys[-1], spreads[0], spreads[-1]):
+            return "rises" if ys[-1] > ys[0] else "falls"
         return "flat"
     if all(s <= 0 for s in steps):
         return "falls"
