@@ -206,8 +206,8 @@ def findings(study: dict) -> list[str]:
            "the ceiling of this accounting.", _best(rows, s)]
     out.append("Measured minus Daly's exact model: " + ", ".join(
         f"{100 * (r['goodput'] - r['expected']):+.0f} points at {r['x_young']:g}x" for r in rows)
-        + " (the model counts failures during restarts and saves too, and expects M per failure; the "
-          "runs had the kills below).")
+        + " (Daly's model lets failures strike during restarts too, which these runs' kills do not, and "
+          "it is an average over many failures: each run below had a handful).")
     kills = ", ".join(f"{r['kills']} at {r['x_young']:g}x" for r in rows)
     expect = statistics.mean(r["spent_s"] for r in rows) / s["mtbf_s"]
     out.append(f"Few failures make this noisy: the runs had {kills} kills (at M = {s['mtbf_s']:g} s, "
