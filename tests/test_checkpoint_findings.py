@@ -174,7 +174,8 @@ def _segments(stop_steps=(14, 14), digest="ab" * 32):
 def test_the_requeue_sentences_follow_the_job():
     text = "\n".join(findings.requeue(_segments(), {"param_digest": "ab" * 32}))
     assert "ran 2 time(s), one log" in text
-    assert "on SIGUSR1 every rank stopped after step 14, saved it and exited 75 (the same step" in text
+    assert "on SIGUSR1 the 2 ranks' metrics lines say they stopped after step 14, saved it and the step " \
+           "exited 75 (the same step" in text
     assert "Segment 1 (SLURM_RESTART_COUNT=1, on node1): resumed from step 14; trained to step 120" in text
     assert "bit for bit" in text and "NOT" not in text
     text = "\n".join(findings.requeue(_segments((14, 15), "cd" * 32), {"param_digest": "ab" * 32}))

@@ -91,7 +91,8 @@ def test_findings_come_from_the_numbers():
     assert "Highest goodput in this run: saving every 120 steps (1x Young's), 80.0%, 10.0 points " \
            "above the next (0.25x, 70.0%)" in text and "inconclusive in this run" in text
     assert "Measured minus Daly's exact model: +10 points at 0.25x, +20 points at 1x, +0 points at 4x" in text
-    assert "1 at 0.25x, 2 at 1x, 1 at 4x kills" in text
+    assert "kills per run (and the number its time spent would expect at M = 3 s): 1 at 0.25x (1.4), " \
+           "2 at 1x (1.2), 1 at 4x (1.7)" in text
     assert "No save fell inside" not in text
     assert "2 of 3 runs ended with the uninterrupted run's parameters bit for bit" in text
     assert "NOT every 480" in text
@@ -100,9 +101,14 @@ def test_findings_come_from_the_numbers():
     other["rows"][0].update(goodput=0.99, spent_s=3.0 / 0.99)
     other["rows"][2]["saves"] = 0
     text = "\n".join(goodput.findings(other))
-    assert "0 at 0.25x, 3 at 1x, 5 at 4x kills" in text
+    assert "0 at 0.25x (1.0), 3 at 1x (1.2), 5 at 4x (1.7)" in text
     assert "saving every 30 steps (0.25x Young's), 99.0%, 19.0 points above the next (1x, 80.0%), " \
            "more than one kill's worth" in text
+    # the runner-up lost a whole run's work per kill (no save in it): one kill decides -> inconclusive
+    close = study(kills=(0, 3, 1))
+    close["rows"][0].update(goodput=0.95, spent_s=3.0 / 0.95)   # 15 points above; its own kill: ~12
+    close["rows"][1].update(interval_s=50.0, saves=0)
+    assert "inconclusive in this run" in "\n".join(goodput.findings(close))
     assert "No save fell inside the run at 4x (an interval of 480 steps or more in a run of 1000 " \
            "steps)" in text
 

@@ -107,8 +107,8 @@ def submit_requeue_or_say(workdir, wanted: bool = True) -> tuple[Job | None, str
     if not wanted:
         return None, ("not submitted: fast mode (the job takes about 2 minutes: a 1-minute --time, then "
                       "Slurm waits for the old credentials to expire before the requeued job starts); "
-                      "full mode submits it, and the course's tests run it and the node-loss job "
-                      "(tests/test_checkpoint_slurm.py)")
+                      "full mode submits it, and the course's tests run it and a job that loses one of its "
+                      "2 nodes (tests/test_checkpoint_slurm.py)")
     try:
         return submit_requeue(workdir), ""
     except SlurmError as exc:

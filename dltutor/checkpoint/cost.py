@@ -26,7 +26,7 @@ import os
 import time
 from pathlib import Path
 
-from dltutor.checkpoint.cost_report import TIMES, findings, label, plot  # noqa: F401 (the API)
+from dltutor.checkpoint.cost_report import NAMES, TIMES, findings, label, plot  # noqa: F401 (the API)
 from dltutor.core import env
 from dltutor.core.spread import mean_ci
 from dltutor.core.tables import Table
@@ -119,14 +119,19 @@ class SaveCost(Table):
 
     def __init__(self, rows: list[dict], attrs: dict):
         self.attrs = dict(attrs)
+        heads = {f"{t}_s": f"{NAMES[t]} (s)" for t in TIMES}
+        heads.update({f"{t}_ci": "± (s)" for t in TIMES}, params="parameters")
         super().__init__(rows, TIME_COLUMNS, title=f"Seconds per checkpoint save [{label(self)}]",
-                         note="mean and ± (95 % CI) over the repeats, each the slowest rank's")
+                         headers=heads, note="mean and ± (half-width of the 95 % CI) over the repeats, "
+                                             "each the slowest rank's")
 
     def column(self, name: str) -> list:
         return [r[name] for r in self.rows]
 
     def bytes_table(self) -> Table:
-        return Table(self.rows, BYTE_COLUMNS, title=f"Checkpoint bytes on disk [{label(self)}]",
+        heads = {"params": "parameters", "ckpt_bytes": "bytes on disk", "formula_bytes": "12 x parameters",
+                 "extra_bytes": "difference"}
+        return Table(self.rows, BYTE_COLUMNS, title=f"Checkpoint bytes on disk [{label(self)}]", headers=heads,
                      note="formula_bytes: 12 bytes per parameter (fp32 weights + Adam's 2 moments)")
 
 

@@ -167,8 +167,9 @@ def requeue(out: dict, reference: dict) -> list[str]:
                  else "started fresh")
         if s["stop"] in ("SIGUSR1", "SIGTERM"):
             steps = sorted({r.get("signal_stop_step") for r in s["ranks"]}, key=str)
-            lines.append(f"{head}: {start}; on {s['stop']} every rank stopped after step "
-                         f"{', '.join(map(str, steps))}, saved it and exited {s['status']}"
+            lines.append(f"{head}: {start}; on {s['stop']} the {len(s['ranks'])} ranks' metrics lines "
+                         f"say they stopped after step {', '.join(map(str, steps))}, saved it and the "
+                         f"step exited {s['status']}"
                          + (" (the same step on every rank)." if len(steps) == 1 else
                             ": the ranks stopped at DIFFERENT steps."))
         elif s["stop"] == "completed":

@@ -206,7 +206,7 @@ def _restarted(via: str, args, log_dir: Path, max_restarts: int, timeout: float)
         res = restarts.torchrun(lab(LAB), NPROC, args, log_dir=log_dir, max_restarts=max_restarts,
                                 timeout=timeout, env=rank_plan().env)
         lines = [ln for ln in res["launcher"].splitlines()
-                 if "exitcode" in ln or "closing signal" in ln or "Restarting" in ln]
+                 if any(k in ln for k in ("exitcode", "closing signal", "Restarting", "will restart"))]
         return {"rc": res["rc"], "metrics": res["metrics"], "lines": lines}
     res = launch(lab(LAB), nproc=NPROC, args=[str(a) for a in args], log_dir=log_dir, echo=False,
                  timeout=timeout, max_restarts=max_restarts, env=rank_plan().env)

@@ -168,6 +168,11 @@ def judge(records: list[dict], plan: dict) -> tuple[list[str], str]:
                 f"{redone}: on "
                 f"{_ranks(ranks)} the parameters, Adam's state, the torch and Python RNG states, "
                 f"the step and the data position (epoch {p['epoch']}, batch {p['offset']}) equal the "
-                f"uninterrupted run's at step {c}, and the losses of steps {c + 1}-"
-                f"{len(ref[ranks[0]]['losses'])} and the final parameters (sha256 "
+                f"uninterrupted run's at step {c}, and the losses of {_steps(c + 1, len(ref[ranks[0]]['losses']))} "
+                f"and the final parameters (sha256 "
                 f"{ref[ranks[0]]['final'][:16]}) are bit-identical (2 gloo ranks on CPU)")
+
+
+def _steps(first: int, last: int) -> str:
+    """'step 18' or 'steps 11-18'."""
+    return f"step {first}" if first == last else f"steps {first}-{last}"

@@ -93,7 +93,8 @@ def trend(name: str, xs, ys, *, x_name: str, unit: str = "", spreads=None) -> st
         return (f"{name} as {x_name} grows: {points} ({INCONCLUSIVE}: a point measured once has "
                 "no interval to decide with).")
     if way == "flat":
-        return f"{name} does not change beyond the run's spread as {x_name} grows ({INCONCLUSIVE}): {points}."
+        return (f"{name}: this run cannot tell whether it changes as {x_name} grows (every step inside "
+                f"the run's spread: {INCONCLUSIVE}): {points}.")
     if way == "not monotone":
         return f"{name} goes up and down as {x_name} grows: {points}."
     return f"{name} {way} as {x_name} grows: {points}."
