@@ -64,13 +64,16 @@ def _free_port():
 
 
 def _run_both(cmds, timeout=420):
-    """Start the commands together (they share the two cores), wait for all, return outputs."""
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    """Start the commands together (they share the two cores), wait for all, return outputs:
+    stdout, then stderr (apart: a warning on stderr can land inside a half-written stdout line,
+    which once cut one of the benchmark's three "Iter #" lines in CI)."""
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=_env(), cwd=ROOT, start_new_session=True) for c in cmds]
     outs = []
     for p in procs:
         try:
-            outs.append((p.communicate(timeout=timeout)[0], p.returncode))
+            out, err = p.communicate(timeout=timeout)
+            outs.append((out + ("\n" + err if err else ""), p.returncode))
         except subprocess.TimeoutExpired:
             for q in procs:
                 os.killpg(q.pid, 9)
