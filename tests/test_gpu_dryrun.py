@@ -326,3 +326,39 @@ def test_lab10_stop_on_signal_agrees_with_a_flag_on_the_ranks_gpu():
         with pytest.raises(DryRunError, match="a tensor on cpu"):
             stop.agreed(None)               # the flag on the CPU: what NCCL refuses
         dist.teardown()
+
+
+# ---------------------------------------------------------------- lab 09: messages on the rank's GPU
+def test_lab09_ring_and_ulysses_hand_nccl_only_the_ranks_gpu_tensors():
+    """The ring's K/V messages (batch_isend_irecv, receive buffers made like the block) and
+    Ulysses' two all-to-alls (a whole forward, no number read) stay on this rank's GPU."""
+    from dltutor.context_parallel import ring, ulysses
+    from dltutor.core import dist
+    with nccl_dry_run(world_size=2, rank=1, local_rank=1) as run:
+        ctx = dist.init()
+        k = torch.ones(1, 2, 4, 8, device=ctx.device)
+        recv, works = ring._rotate([k, k], ring._ring(None), None, None, "forward")
+        assert {str(t.device) for t in recv} == {"cuda:1"}
+        assert run.calls[-1].name == "batch_isend_irecv" and set(run.calls[-1].devices) == {"cuda:1"}
+        with pytest.raises(DryRunError, match="a tensor on cpu"):
+            ring._rotate([torch.ones(1, 2, 4, 8)], ring._ring(None), None, None, "forward")
+        out = ulysses.ulysses_attention(k, k, k, causal=True)
+        assert out.device == ctx.device and out.shape == k.shape
+        a2a = [c for c in run.calls if c.name == "all_to_all_single"]
+        assert len(a2a) == 4 and {d for c in a2a for d in c.devices} == {"cuda:1"}   # q, k, v, out
+        dist.teardown()
+
+
+def test_lab09_expert_counts_are_exchanged_on_the_ranks_gpu():
+    """Expert parallelism's count exchange: the counts and their receive buffer on the rank's GPU
+    (made on the CPU, NCCL would refuse them)."""
+    from dltutor.core import dist
+    from dltutor.experts import parallel
+    with nccl_dry_run(world_size=2, rank=1, local_rank=1) as run:
+        ctx = dist.init()
+        matrix = parallel.exchange_counts(torch.zeros(4, dtype=torch.long, device=ctx.device), 2, None)
+        assert matrix.device == ctx.device and tuple(matrix.shape) == (2, 2)
+        assert run.calls[-1].name == "all_to_all_single" and run.calls[-1].devices == ("cuda:1", "cuda:1")
+        with pytest.raises(DryRunError, match="a tensor on cpu"):
+            parallel.exchange_counts(torch.zeros(4, dtype=torch.long), 2, None)
+        dist.teardown()

@@ -87,8 +87,8 @@ def test_must_pass_fails_unless_the_check_passed():
 def test_bad_input_is_one_clear_error(tmp_path, capsys):
     assert cli.main(["nbgrader-course", str(tmp_path), str(tmp_path / "out")]) == 2
     assert "has no notebooks/ folder" in capsys.readouterr().err
-    assert cli.main(["nbgrader-course", str(COURSE), str(tmp_path / "out"), "--notebooks", "09"]) == 2
-    assert "no notebook with exercises starts with 09" in capsys.readouterr().err
+    assert cli.main(["nbgrader-course", str(COURSE), str(tmp_path / "out"), "--notebooks", "11"]) == 2
+    assert "no notebook with exercises starts with 11" in capsys.readouterr().err
     with pytest.raises(G.AssignmentError, match="does not call"):
         G.autograder_source("06-placement", "exercise_place.check(solution=True)",
                             "exercise_place.check(place)")

@@ -12,15 +12,15 @@ What it checks, while the block runs:
   there). Real tensors made before the block count as CPU tensors.
 - Devices of communication: torch.distributed answers as rank `rank` of `world_size`; its
   collectives and point-to-point calls (all_reduce, all_gather(_into_tensor), broadcast, reduce,
-  reduce_scatter(_tensor), send/recv, isend/irecv, batch_isend_irecv; barrier is only recorded)
-  check every tensor they are handed and record the call in `run.calls`. With nccl each tensor
-  must be a contiguous tensor on this rank's GPU cuda:<local_rank>, and that GPU must be the
-  current one (torch.cuda.set_device); with gloo, CPU tensors (all_reduce and broadcast also take
-  CUDA ones). Under nccl an isend and an irecv to the same peer in flight together, posted one by
-  one, are refused: NCCL queues them in order and large paired messages can hang; batch them with
-  batch_isend_irecv. init_process_group(backend) switches the backend the checks use (`backend`
-  before that); DistributedDataParallel is a pass-through that checks where the module's
-  parameters are and what `device_ids` says.
+  reduce_scatter(_tensor), all_to_all(_single), send/recv, isend/irecv, batch_isend_irecv; barrier
+  is only recorded) check every tensor they are handed and record the call in `run.calls`. With
+  nccl each tensor must be a contiguous tensor on this rank's GPU cuda:<local_rank>, and that GPU
+  must be the current one (torch.cuda.set_device); with gloo, CPU tensors (all_reduce and
+  broadcast also take CUDA ones). Under nccl an isend and an irecv to the same peer in flight
+  together, posted one by one, are refused: NCCL queues them in order and large paired messages
+  can hang; batch them with batch_isend_irecv. init_process_group(backend) switches the backend
+  the checks use (`backend` before that); DistributedDataParallel is a pass-through that checks
+  where the module's parameters are and what `device_ids` says.
 - torch.cuda says GPUs are there: is_available() True, device_count() `gpus`,
   get_device_capability() `capability` ((8, 0) A100, (7, 0) V100), is_bf16_supported() for it;
   set_device / current_device / synchronize keep note only. The launcher variables (RANK,
@@ -50,7 +50,7 @@ from torch._subclasses.fake_tensor import DataDependentOutputException as NoValu
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce",
-               "reduce_scatter", "reduce_scatter_tensor")
+               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single")
 P2P = ("send", "recv", "isend", "irecv")
 GLOO_TAKES_CUDA = ("all_reduce", "broadcast", "DistributedDataParallel")
 

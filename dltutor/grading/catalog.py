@@ -43,6 +43,10 @@ EXERCISES = (
              "the rank and the cause, checked against what the run did", 2),
     Exercise("08-fix-hang", "08_debugging_distributed.ipynb", "make a hanging script finish",
              "the same collectives on every rank, whatever its share of the data", 2),
+    Exercise("09-ring-attention", "09_long_sequences_and_experts.ipynb", "ring attention by hand",
+             "the online-softmax merge and the K/V loop round the ring, output and gradients", 3),
+    Exercise("09-moe-dispatch", "09_long_sequences_and_experts.ipynb", "MoE dispatch and combine",
+             "count exchange, dispatch and combine with all_to_all_single", 2),
     Exercise("10-resume", "10_checkpoints_and_restarts.ipynb", "save and resume, bit for bit",
              "an app state for DCP: a run killed at an unseen step resumes bit-identical", 2),
 )

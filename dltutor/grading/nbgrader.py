@@ -59,6 +59,8 @@ GRADED = {
     "06-placement": Graded("0db59896", "28b58cf8", "exercise_place.check(place)"),
     "07-file-sharding": Graded("826e7460", "cf2d2464", "exercise_shards.check(MY_SHARDS)"),
     "08-fix-hang": Graded("207fc08a", "4c3e44c8", "exercise_hang.check(MY_FIX)"),
+    "09-ring-attention": Graded("c3a91f52", "5e07b2d4", "exercise_ring.check(MY_RING)"),
+    "09-moe-dispatch": Graded("8d4f6a13", "e2b95c70", "exercise_dispatch.check(MY_MOE)"),
     "10-resume": Graded("a7e3c1d0", "b94f2e61", "exercise_resume.check(MY_RESUME)"),
 }
 NOT_AUTOGRADED = {

@@ -90,6 +90,23 @@ def untouched(script, handout: str) -> bool:
         return False
 
 
+def handout(notebook: str, variable: str) -> str | None:
+    """The script as handed out: the notebook's `%%writefile {variable}` cell (None if absent)."""
+    import json
+
+    from dltutor.core import course
+    head = f"%%writefile {{{variable}}}\n"
+    try:
+        nb = json.loads((course.course_root() / "notebooks" / notebook).read_text())
+    except (OSError, ValueError, course.CourseNotFound):
+        return None
+    for cell in nb.get("cells", []):
+        text = "".join(cell.get("source", ""))
+        if cell.get("cell_type") == "code" and text.startswith(head):
+            return text[len(head):]
+    return None
+
+
 def _tail(path, n: int = 4000) -> str:
     try:
         return Path(path).read_text(errors="replace")[-n:]

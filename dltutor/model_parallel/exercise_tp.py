@@ -159,17 +159,7 @@ def work_file():
 
 def handout(variable: str = "MY_TP") -> str | None:
     """The script as handed out: notebook 06's `%%writefile {variable}` cell (None if absent)."""
-    import json
-    head = f"%%writefile {{{variable}}}\n"
-    try:
-        nb = json.loads((course.course_root() / "notebooks" / NOTEBOOK).read_text())
-    except (OSError, ValueError, course.CourseNotFound):
-        return None
-    for cell in nb.get("cells", []):
-        text = "".join(cell.get("source", ""))
-        if cell.get("cell_type") == "code" and text.startswith(head):
-            return text[len(head):]
-    return None
+    return ranks.handout(NOTEBOOK, variable)
 
 
 def echoed(script, handed: str | None, echo: bool) -> bool:
