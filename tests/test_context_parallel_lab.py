@@ -196,14 +196,16 @@ def test_findings_bytes():
 
 def _mem(n, seq, peak, formula):
     return {"impl": "one process" if n == 1 else "course ring", "ranks": n, "seq": seq,
-            "peak_bytes": peak, "formula_bytes": formula, "ratio": peak / formula, "dominant": "score"}
+            "peak_bytes": peak, "formula_bytes": formula, "ratio": peak / formula, "dominant": "score",
+            "score_bytes": formula // 2, "saved_bytes": peak // 2, "how": "peak bytes (test)"}
 
 
 def test_findings_memory():
     rows = [_mem(1, 64, 100, 100), _mem(1, 128, 400, 380), _mem(2, 64, 40, 40), _mem(2, 128, 100, 95)]
     text = " ".join(F.memory(rows))
     assert "rises as seq grows" in text and "measured peak grew 4.00x, the formula 3.80x" in text
-    assert "4.00x less per rank (formula 4.00x)" in text
+    assert "4.00x less per rank (formula 4.00x" in text and "What is measured: peak bytes (test)" in text
+    assert "Part of that is recomputation" in text
 
 
 def _time(n, impl, ms, ci, mask="causal"):
@@ -213,11 +215,14 @@ def _time(n, impl, ms, ci, mask="causal"):
 
 def test_findings_speed():
     slow = F.speed([_time(2, "one process", 1.0, 0.1), _time(2, "ulysses", 5.0, 0.5)])
-    assert "buys memory per rank (the memory findings), not time" in slow[-1] and "5.00x one process" in slow[0]
-    fast = F.speed([_time(2, "one process", 5.0, 0.1), _time(2, "ulysses", 1.0, 0.1)])
-    assert "faster than one process" in fast[-1]
+    assert "5.00x one process" in slow[0] and "slower in 1" in slow[-1] and "faster in 0" in slow[-1]
+    assert "not a parallel speed-up" in slow[-1] and "oversubscribed" in slow[-1]
+    fast = F.speed([_time(2, "one process", 5.0, 0.1), _time(2, "ulysses", 1.0, 0.1),
+                    _time(2, "one process (fused SDPA)", 0.5, 0.1)])
+    assert "written-out one-process attention: faster in 1" in fast[-1]
+    assert "fused SDPA on one process: faster in 0, slower in 1" in fast[-1]
     unsure = F.speed([_time(2, "one process", 1.0, 3.0), _time(2, "ulysses", 2.0, 3.0)])
-    assert "inconclusive here" in unsure[-1]
+    assert "No comparison decided" in unsure[-1]
 
 
 def test_plots_labelled_with_formula_marks():

@@ -166,22 +166,27 @@ def test_drop_findings_follow_the_numbers():
 
 def test_straggler_findings_decide_on_the_paired_time_ratio():
     row = {"skew": 1.0, "rows per rank": [120, 80], "max/mean rows": 1.2, "busiest rank": 0,
-           "least busy rank": 1, "rows ratio": 1.5, "repeats": 10}
+           "least busy rank": 1, "rows ratio": 1.5, "repeats": 10, "extra expert ms": 2.0,
+           "± extra": 0.5, "wait ms": 1.8, "± wait": 0.4}
     near = F.straggler_findings([{**row, "time ratio": 1.1, "± time ratio": 0.2}])
     slower = F.straggler_findings([{**row, "time ratio": 1.4, "± time ratio": 0.1}])
     faster = F.straggler_findings([{**row, "time ratio": 0.7, "± time ratio": 0.1}])
     assert INCONCLUSIVE in near[1] and INCONCLUSIVE not in slower[1] and "1.4x their time" in slower[1]
-    assert "waits for it" in slower[1] and "FASTER" in faster[1]
+    assert "waited for the busier rank" in slower[1] and "FASTER" in faster[1]
+    unsure_wait = F.straggler_findings([{**row, "time ratio": 1.4, "± time ratio": 0.1, "± wait": 5.0}])
+    assert "its wait is " + INCONCLUSIVE in unsure_wait[1]
 
 
 def test_straggler_rows_pair_the_ranks_repeat_by_repeat():
-    def part(rows, times):
-        return {"expert_rows": rows, "experts_s": times}
-    sweep = lambda rows, times: {"sweep": [{"skew": 2.0, "capacity_factor": "none", **part(rows, times)}]}  # noqa: E731
-    study = {"course": [sweep(300, [2.0, 4.0, 6.0]), sweep(100, [1.0, 2.0, 3.0])]}
+    def part(rows, times, a2a):
+        return {"expert_rows": rows, "experts_s": times, "alltoall_s": a2a}
+    sweep = lambda *a: {"sweep": [{"skew": 2.0, "capacity_factor": "none", **part(*a)}]}  # noqa: E731
+    study = {"course": [sweep(300, [2.0, 4.0, 6.0], [0.1, 0.2, 0.3]),
+                        sweep(100, [1.0, 2.0, 3.0], [1.1, 2.2, 3.3])]}
     (row,) = R.straggler_rows(study)
     assert row["busiest rank"] == 0 and row["rows ratio"] == 3.0
     assert row["time ratio"] == 2.0 and row["± time ratio"] == 0.0   # paired: every repeat 2x
+    assert round(row["wait ms"]) == 2000 and round(row["extra expert ms"]) == 2000
 
 
 def test_alltoall_findings_say_where_the_model_misses():

@@ -78,22 +78,26 @@ def bytes_sent(rows: list[dict]) -> list[str]:
         if {"ring", "ulysses"} <= set(by):
             ring, uly = by["ring"], by["ulysses"]
             a, b = ring["forward"] + ring["backward"], uly["forward"] + uly["backward"]
+            fwd = ("forward equal, the gap is the ring's backward" if ring["forward"] == uly["forward"]
+                   else f"forward {ring['forward'] / uly['forward']:.2g}x, backward "
+                        f"{ring['backward'] / uly['backward']:.2g}x")
             out.append(f"{n} ranks, forward+backward: the ring sent {a / b:.2g}x what Ulysses sent "
-                       f"({a:,} vs {b:,} B) -- " + ("Ulysses sends less here." if a > b else
-                                                    "the ring sends no more here." if a <= b else ""))
+                       f"({a:,} vs {b:,} B; {fwd}) -- " + ("Ulysses sends less here." if a > b else
+                                                           "the ring sends no more here."))
     heads = {r["heads"] for r in rows}
     if heads:
         h = min(heads)
         out.append(f"Ulysses gives each rank whole heads: with {h} heads it runs on at most {h} "
                    f"ranks (and only on counts that divide {h}); the ring has no such limit (and its K/V "
-                   "messages can overlap the block computations: not measured here). From the "
-                   "counts above: fewer bytes with Ulysses while the ranks divide the heads; "
-                   "beyond that, only the ring runs.")
+                   "messages can overlap the block computations: not measured here). This run "
+                   f"measured {' and '.join(str(n) for n in sorted({r['ranks'] for r in rows}))} "
+                   "ranks; by the two formulas a ring rank's bytes level off as ranks are added "
+                   "while a Ulysses rank's fall as 1/P, and past the head count only the ring runs.")
     return out
 
 
 def memory(rows: list[dict]) -> list[str]:
-    out = []
+    out = [f"What is measured: {rows[0]['how']}."] if rows and rows[0].get("how") else []
     for n in sorted({r["ranks"] for r in rows}):
         pts = sorted((r for r in rows if r["ranks"] == n), key=lambda r: r["seq"])
         impl = pts[0]["impl"]
@@ -116,14 +120,26 @@ def memory(rows: list[dict]) -> list[str]:
             out.append(f"seq={s}: one process peaked at {fmt(one[s]['peak_bytes'])} B, each of {n} "
                        f"ring ranks at {fmt(split['peak_bytes'])} B: "
                        f"{one[s]['peak_bytes'] / split['peak_bytes']:.2f}x less per rank "
-                       f"(formula {one[s]['formula_bytes'] / split['formula_bytes']:.2f}x).")
+                       f"(formula {one[s]['formula_bytes'] / split['formula_bytes']:.2f}x; the score "
+                       f"term alone {one[s]['score_bytes'] / max(split['score_bytes'], 1):.0f}x).")
+    if one and len(rows) > len(one):
+        s = max(one)
+        ring_rows = [r for r in rows if r["ranks"] > 1 and r["seq"] == s]
+        if ring_rows:
+            r = max(ring_rows, key=lambda r: r["ranks"])
+            out.append(f"Part of that is recomputation, not the split: at seq={s} the one-process "
+                       f"attention (written out) keeps {fmt(one[s]['saved_bytes'])} B for backward, its "
+                       f"s x s probabilities among them; a ring rank keeps {fmt(r['saved_bytes'])} B "
+                       f"({r['ranks']} ranks: q, k, v, out and the lse) and recomputes each block's "
+                       "probabilities in backward, as FlashAttention does on one device.")
     return out
 
 
 def speed(rows: list[dict]) -> list[str]:
     """Each split implementation against each one-process form (rank 0 alone: the written-out
-    attention, and torch's fused SDPA where the lab timed it), per rank count and mask."""
-    out, slower, faster = [], [], []
+    attention, and torch's fused SDPA where the lab timed it), per rank count and mask; then one
+    summary per baseline."""
+    out, tally = [], {}
     for n in sorted({r["ranks"] for r in rows}):
         for mask in ("none", "causal"):
             pts = {r["impl"]: r for r in rows if r["ranks"] == n and r["mask"] == mask}
@@ -134,22 +150,32 @@ def speed(rows: list[dict]) -> list[str]:
                     out.append(f"{n} ranks, mask {mask}, {r['hardware']}: " + compare(
                         impl, r["ms"], base_name, base["ms"], unit="ms", spread_a=r["±"],
                         spread_b=base["±"]))
-                    if differs(r["ms"], base["ms"], r["±"], base["±"]):
-                        (slower if r["ms"] > base["ms"] else faster).append(f"{impl} vs {base_name}")
-    hw = rows[0]["hardware"] if rows else ""
-    if slower and not faster:
-        out.append(f"Wherever decided ({len(slower)} comparisons), the split was slower than one "
-                   f"process on {hw}: at these sizes the messages and the ranks' share of the "
-                   "cores cost more than the work the split saved -- here context parallelism "
-                   "buys memory per rank (the memory findings), not time.")
-    elif faster and not slower:
-        out.append(f"Wherever decided, the split was faster than one process on {hw}.")
-    elif faster:
-        out.append(f"On {hw} the split was faster in {len(faster)} comparisons and slower in "
-                   f"{len(slower)} (slower: {', '.join(sorted(set(slower)))}): see each line.")
-    else:
-        out.append(f"No comparison decided beyond the spreads ({INCONCLUSIVE}).")
+                    verdict = ("undecided" if not differs(r["ms"], base["ms"], r["±"], base["±"])
+                               else "slower" if r["ms"] > base["ms"] else "faster")
+                    tally.setdefault(base_name, {"faster": 0, "slower": 0, "undecided": 0})[verdict] += 1
+    out.append(speed_summary(rows, tally))
     return out
+
+
+def speed_summary(rows, tally: dict) -> str:
+    """How many decided comparisons were faster / slower per baseline, and what a faster split on
+    this machine can and cannot mean."""
+    if not tally:
+        return "No split implementation was timed."
+    hw = rows[0]["hardware"]
+    what = {"one process": "the written-out one-process attention",
+            "one process (fused SDPA)": "torch's fused SDPA on one process"}
+    parts = [f"against {what.get(b, b)}: faster in {t['faster']}, slower in {t['slower']}, "
+             f"{INCONCLUSIVE} in {t['undecided']}" for b, t in tally.items()]
+    if not any(t["faster"] + t["slower"] for t in tally.values()):
+        return f"No comparison decided beyond the spreads ({INCONCLUSIVE}): " + "; ".join(parts) + "."
+    note = (f" On {hw} the ranks share this machine's cores (more ranks than cores run "
+            "oversubscribed) and one process runs on one rank's threads" if hw.startswith("CPU")
+            else f" On {hw}")
+    return ("; ".join(parts)[0].upper() + "; ".join(parts)[1:] + "." + note
+            + ": a faster split is not a parallel speed-up -- it also skips the masked blocks and "
+              "works on blocks that fit in cache, which the written-out attention does not; a slower "
+              "one pays for its messages. What the split buys for sure is memory per rank.")
 
 
 def findings(check_rows, block_rows, bytes_rows, memory_rows, time_rows) -> list[str]:

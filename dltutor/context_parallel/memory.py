@@ -104,4 +104,5 @@ def row(name: str, world_size: int, seq: int, measured: dict, f: dict) -> dict:
             "saved_bytes": measured["saved_bytes"], "formula_bytes": f["total"],
             "kept_formula_bytes": f["kept"],
             "score_bytes": f["score"], "linear_bytes": f["linear"], "dominant": f["dominant"],
-            "ratio": measured["peak_bytes"] / f["total"] if f["total"] else float("nan")}
+            "ratio": measured["peak_bytes"] / f["total"] if f["total"] else float("nan"),
+            "how": measured["how"]}

@@ -53,7 +53,7 @@ def anatomy_findings(rows: list[dict], moe: MoE) -> list[str]:
                    f"per expert, so {sum(r['dropped'] for r in mine)} slots dropped "
                    f"({fmt(100 * mine[0]['dropped_fraction'])} %)"
                    + (f", most at expert {most['expert']}; " if most["dropped"] else "; ") +
-                   f"aux loss {mine[0]['aux_loss']:.3f} (1 when every expert gets the same share).")
+                   f"aux loss {mine[0]['aux_loss']:.3f} (1 when the shares and the gate's probabilities are all even).")
     total = sum(p.numel() for p in moe.parameters())
     active = moe.active_parameters()
     out.append(f"Parameters: {total:,} in the layer, {active:,} used by one token (the gate and "

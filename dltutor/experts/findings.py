@@ -13,8 +13,9 @@ when they cover the gap.
 from __future__ import annotations
 
 from collections import defaultdict
+from statistics import median
 
-from dltutor.core.findings import INCONCLUSIVE, compare, differs, fmt, trend
+from dltutor.core.findings import INCONCLUSIVE, accuracy_halfwidth, compare, differs, fmt, trend
 from dltutor.core.spread import mean_and_ci
 
 
@@ -26,18 +27,25 @@ def aux_findings(rows: list[dict]) -> list[str]:
     out = [f"Busiest expert's load / the mean, over the last {on['steps averaged']} steps: "
            + compare(f"with the aux loss (weight {on['aux weight']:g})", on[key], "without it", off[key],
                      spread_a=on[ci], spread_b=off[ci])]
+    first = "max/mean load, first steps"
     if differs(on[key], off[key], on[ci], off[ci]):
-        out.append(f"The auxiliary loss {'evened' if on[key] < off[key] else 'did NOT even'} the load: "
-                   f"{fmt(on['max/mean load, first steps'])} over the first {on['steps averaged']} steps -> "
-                   f"{fmt(on[key])} over the last with it, {fmt(off['max/mean load, first steps'])} -> "
-                   f"{fmt(off[key])} without (1 = every expert the same load).")
+        verdict = ("the aux loss evened the load" if on[key] < off[key] else
+                   "the aux loss did NOT even the load") + (
+            f": {fmt(on[first])} vs {fmt(off[first])} over the first {on['steps averaged']} steps, "
+            f"{fmt(on[key])} vs {fmt(off[key])} over the last")
+    else:
+        verdict = f"what the aux loss did is {INCONCLUSIVE}"
+    out.append(f"Both runs change as they train ({fmt(on[first])} -> {fmt(on[key])} with the aux loss, "
+               f"{fmt(off[first])} -> {fmt(off[key])} without; 1 = every expert the same load), so the "
+               f"aux loss's part is the gap between the two runs at the same steps: {verdict}. One "
+               "seed each: the ± are over the steps of one run (neighbouring steps are not "
+               "independent), not over repeated runs.")
     out.append(compare("test accuracy with the aux loss", on["test accuracy"], "without",
                        off["test accuracy"], spread_a=_acc_ci(on), spread_b=_acc_ci(off)))
     return out
 
 
 def _acc_ci(row: dict) -> float:
-    from dltutor.core.findings import accuracy_halfwidth
     return accuracy_halfwidth(row["test accuracy"], row["test images"])
 
 
@@ -73,12 +81,18 @@ def straggler_findings(rows: list[dict]) -> list[str]:
                 f"(±{fmt(r['± time ratio'])}, paired over {r['repeats']} repeats)")
         if not differs(r["time ratio"], 1.0, r["± time ratio"]):
             out.append(head + f": {INCONCLUSIVE}, the interval covers 1 (equal times).")
-        else:
-            slower = r["time ratio"] > 1
-            out.append(head + (": the busier rank is the slower one; the other waits for it in the "
-                               "combine's all-to-all." if slower else
-                               ": the busier rank was the FASTER one here, so the rows do not "
-                               "set the pace on this machine."))
+            continue
+        if r["time ratio"] < 1:
+            out.append(head + ": the busier rank was the FASTER one here, so the rows do not set "
+                              "the pace on this machine.")
+            continue
+        waited = differs(r["wait ms"], 0.0, r["± wait"]) and r["wait ms"] > 0
+        out.append(head + f": the busier rank is the slower one. Rank {r['least busy rank']} spent "
+                   f"{fmt(r['wait ms'])} ms (±{fmt(r['± wait'])}) longer in the all-to-alls than rank "
+                   f"{r['busiest rank']}, whose experts ran {fmt(r['extra expert ms'])} ms "
+                   f"(±{fmt(r['± extra'])}) longer: "
+                   + ("it waited for the busier rank at the combine." if waited else
+                      f"its wait is {INCONCLUSIVE}."))
     return out
 
 
@@ -88,7 +102,8 @@ def alltoall_findings(fit: dict) -> list[str]:
     groups = defaultdict(list)
     for p, m in zip(fit["points"], fit["model"]):
         groups[p["bytes"]].append((p["seconds"], m))
-    out = [f"Fitted (relative least squares, notebook 05's fit_alpha_beta): alpha = "
+    out = [f"Fitted on {fit.get('hardware', 'this machine')} (relative least squares on every "
+           f"sample, notebook 05's fit_alpha_beta): alpha = "
            f"{fit['alpha'] * 1e6:.1f} us, beta = {fit['beta'] * 1e9:.3g} ns/byte "
            f"({1 / fit['beta'] / 1e9:.3g} GB/s)" if fit["beta"] else
            f"Fitted: alpha = {fit['alpha'] * 1e6:.1f} us, beta not resolvable (0)."]
@@ -101,9 +116,25 @@ def alltoall_findings(fit: dict) -> list[str]:
             verdict = "the model is inside the interval"
         else:
             verdict = f"the model is {'below' if model < mean else 'above'} it by {fmt(abs(mean - model) * 1e6)} us"
-        out.append(f"{fmt(nbytes)} B: measured {fmt(mean * 1e6)} ± {fmt(ci * 1e6)} us vs model "
-                   f"{fmt(model * 1e6)} us: {verdict}.")
+        out.append(f"{fmt(nbytes)} B: measured {fmt(mean * 1e6)} ± {fmt(ci * 1e6)} us (median "
+                   f"{fmt(median([s for s, _ in pts]) * 1e6)} us, slowest {fmt(max(s for s, _ in pts) * 1e6)} "
+                   f"us) vs model {fmt(model * 1e6)} us: {verdict}.")
+    out.append(_fit_verdict(out[1:], fit))
     return out
+
+
+def _fit_verdict(lines: list[str], fit: dict) -> str:
+    """Whether the α-β line describes the means, and what it follows instead when it does not."""
+    inside = sum("inside the interval" in line for line in lines)
+    below = sum("the model is below" in line for line in lines)
+    hw = fit.get("hardware", "this machine")
+    if inside >= (len(lines) + 1) // 2:
+        return (f"The α-β line is inside {inside} of {len(lines)} intervals: it describes these "
+                f"all-to-alls on {hw}.")
+    return (f"The α-β line misses the mean at {len(lines) - inside} of {len(lines)} sizes ({below} "
+            f"below it): fitted on single samples by relative error, it follows the typical (median) "
+            f"sample, while the means are raised by a few slow samples (stalls of a shared machine, "
+            f"{hw}). Use it for the typical cost, not the mean.")
 
 
 def deepspeed_findings(rows: list[dict], study: dict) -> list[str]:
@@ -127,8 +158,11 @@ def deepspeed_findings(rows: list[dict], study: dict) -> list[str]:
         f"{c['drop_order']}) vs {fmt(_mean(rows, 'DeepSpeed dropped'))} (DeepSpeed, {d['drop_order']}); "
         f"second expert: {c['second_expert']} vs {d['second_expert']}.",
         f"aux loss at the last step: {fmt(last['course aux'])} (course, every slot counted) vs "
-        f"{fmt(last['DeepSpeed l_aux'])} (DeepSpeed's l_aux, first choices counted); final test "
-        f"accuracy {fmt(c['test_accuracy'])} vs {fmt(d['test_accuracy'])} on {c['test_images']} images.",
+        f"{fmt(last['DeepSpeed l_aux'])} (DeepSpeed's l_aux, first choices counted).",
+        compare(f"final test accuracy on {c['test_images']} images, course", c["test_accuracy"],
+                "DeepSpeed", d["test_accuracy"],
+                spread_a=accuracy_halfwidth(c["test_accuracy"], c["test_images"]),
+                spread_b=accuracy_halfwidth(d["test_accuracy"], d["test_images"])),
     ]
 
 

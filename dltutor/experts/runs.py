@@ -130,7 +130,9 @@ def straggler_rows(study: dict) -> list[dict]:
     """Per skew, no capacity limit: rows each rank's experts processed (max/mean over ranks), each
     rank's expert time (mean over the repeats), and the busiest rank's time over the least busy
     one's, paired repeat by repeat (both ranks time the same forward: machine noise hits both),
-    mean ± 95 % CI, beside the ratio of their rows."""
+    mean ± 95 % CI, beside the ratio of their rows; and, paired the same way, how much longer the
+    least busy rank spent in the all-to-alls than the busiest (its wait at the combine) beside how
+    much longer the busiest rank's experts ran."""
     reps, rows = study["course"], []
     for i, point in enumerate(reps[0]["sweep"]):
         if point["capacity_factor"] != "none":
@@ -141,13 +143,18 @@ def straggler_rows(study: dict) -> list[dict]:
         least = min(range(len(parts)), key=lambda k: per_rank[k])
         ratio, ratio_ci = mean_and_ci([b / a for b, a in zip(parts[busy]["experts_s"],
                                                              parts[least]["experts_s"]) if a > 0])
+        wait, wait_ci = mean_and_ci([(a - b) * 1e3 for a, b in zip(parts[least]["alltoall_s"],
+                                                                   parts[busy]["alltoall_s"])])
+        extra, extra_ci = mean_and_ci([(b - a) * 1e3 for b, a in zip(parts[busy]["experts_s"],
+                                                                    parts[least]["experts_s"])])
         rows.append({"skew": point["skew"], "rows per rank": per_rank,
                      "max/mean rows": max(per_rank) / (sum(per_rank) / len(per_rank)),
                      "expert ms per rank": [round(sum(p["experts_s"]) / len(p["experts_s"]) * 1e3, 3)
                                             for p in parts],
                      "busiest rank": busy, "least busy rank": least,
                      "rows ratio": per_rank[busy] / max(per_rank[least], 1),
-                     "time ratio": ratio, "± time ratio": ratio_ci, "repeats": len(parts[busy]["experts_s"])})
+                     "time ratio": ratio, "± time ratio": ratio_ci, "repeats": len(parts[busy]["experts_s"]),
+                     "extra expert ms": extra, "± extra": extra_ci, "wait ms": wait, "± wait": wait_ci})
     return rows
 
 
@@ -157,7 +164,8 @@ def alltoall_points(study: dict) -> list[dict]:
     out = []
     for point in study["course"][0]["timing"]:
         for t in point["alltoall_s"]:
-            out.append({"tokens": point["tokens"], "bytes": point["bytes_sent"] / 2, "seconds": t / 2})
+            out.append({"tokens": point["tokens"], "bytes": point["bytes_sent"] / 2, "seconds": t / 2,
+                        "hardware": study["course"][0]["hardware"]})
     return out
 
 
@@ -168,7 +176,7 @@ def fit_alltoall(points: list[dict]) -> dict:
     if len(usable) < 2:
         raise ValueError("the all-to-all fit needs two or more points that sent bytes: run 2+ ranks")
     alpha, beta = fit_alpha_beta([p["bytes"] for p in usable], [p["seconds"] for p in usable])
-    return {"alpha": alpha, "beta": beta, "points": usable,
+    return {"alpha": alpha, "beta": beta, "points": usable, "hardware": usable[0].get("hardware", ""),
             "model": [float(model_time("pingpong", 2, p["bytes"], alpha, beta)) for p in usable]}
 
 
