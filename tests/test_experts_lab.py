@@ -205,3 +205,14 @@ def test_fit_recovers_a_known_alpha_beta():
 def test_capacity_formulas_differ_by_the_floor():
     assert DS.ds_capacity(8, 4, 2, 1.0) == 4 == DS.course_capacity(8, 4, 2, 1.0)
     assert DS.ds_capacity(2, 4, 1, 1.0) == DS.MIN_CAPACITY and DS.course_capacity(2, 4, 1, 1.0) == 1
+
+
+def test_alltoall_findings_say_whether_the_line_describes_anything():
+    def fit(samples, model):
+        pts = [{"bytes": 1000.0 * (i + 1), "seconds": s} for i in range(3) for s in samples]
+        return {"alpha": 1e-4, "beta": 1e-9, "points": pts, "model": [model] * len(pts), "hardware": "CPU/gloo"}
+    stalls = [0.9e-3, 1.1e-3] * 20 + [10e-3] * 8        # a few stalls raise the mean
+    typical = F.alltoall_findings(fit(stalls, 1e-3))[-1]
+    assert "describes the typical all-to-all" in typical and "CPU/gloo" in typical
+    assert "do not describe" in F.alltoall_findings(fit(stalls, 1e-4))[-1]
+    assert "describes these all-to-alls" in F.alltoall_findings(fit([1e-3, 1.1e-3, 0.9e-3], 1e-3))[-1]

@@ -362,3 +362,27 @@ def test_lab09_expert_counts_are_exchanged_on_the_ranks_gpu():
         with pytest.raises(DryRunError, match="a tensor on cpu"):
             parallel.exchange_counts(torch.zeros(4, dtype=torch.long), 2, None)
         dist.teardown()
+
+
+def test_lab09_hands_torchs_context_parallel_the_ranks_gpu_tensors(monkeypatch):
+    """On a GPU node lab 09's ring_attention.py runs torch's context_parallel by default, on q, k, v
+    made on the rank's GPU (torch_cp.run itself builds a DeviceMesh, which the dry run cannot:
+    `make gpu-check` runs it for real)."""
+    import importlib.util
+
+    from dltutor.context_parallel import torch_cp
+    from dltutor.core import dist
+    from dltutor.core.course import lab
+    spec = importlib.util.spec_from_file_location("lab09_ring", lab("09_long_context/ring_attention.py"))
+    ring_lab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ring_lab)
+    seen = []
+    monkeypatch.setattr(torch_cp, "run", lambda q, k, v, causal: seen.append(
+        (causal, {str(t.device) for t in (q, k, v)})) or {})
+    with nccl_dry_run(world_size=2, rank=1, local_rank=1):
+        ctx = dist.init()
+        a = ring_lab.parse_args(["--tiny"])
+        assert "torch" in a.impl
+        ring_lab.torch_checks(a, ctx)
+        dist.teardown()
+    assert seen == [(False, {"cuda:1"}), (True, {"cuda:1"})]

@@ -13,7 +13,7 @@ when they cover the gap.
 from __future__ import annotations
 
 from collections import defaultdict
-from statistics import median
+from statistics import median, quantiles
 
 from dltutor.core.findings import INCONCLUSIVE, accuracy_halfwidth, compare, differs, fmt, trend
 from dltutor.core.spread import mean_and_ci
@@ -107,6 +107,7 @@ def alltoall_findings(fit: dict) -> list[str]:
            f"{fit['alpha'] * 1e6:.1f} us, beta = {fit['beta'] * 1e9:.3g} ns/byte "
            f"({1 / fit['beta'] / 1e9:.3g} GB/s)" if fit["beta"] else
            f"Fitted: alpha = {fit['alpha'] * 1e6:.1f} us, beta not resolvable (0)."]
+    typical = []
     for nbytes, pts in sorted(groups.items()):
         mean, ci = mean_and_ci([s for s, _ in pts])
         model = pts[0][1]
@@ -116,25 +117,30 @@ def alltoall_findings(fit: dict) -> list[str]:
             verdict = "the model is inside the interval"
         else:
             verdict = f"the model is {'below' if model < mean else 'above'} it by {fmt(abs(mean - model) * 1e6)} us"
+        samples = sorted(s for s, _ in pts)
+        q1, q3 = quantiles(samples, n=4)[0::2] if len(samples) > 1 else (samples[0], samples[0])
+        typical.append(q1 <= model <= q3)
         out.append(f"{fmt(nbytes)} B: measured {fmt(mean * 1e6)} ± {fmt(ci * 1e6)} us (median "
-                   f"{fmt(median([s for s, _ in pts]) * 1e6)} us, slowest {fmt(max(s for s, _ in pts) * 1e6)} "
-                   f"us) vs model {fmt(model * 1e6)} us: {verdict}.")
-    out.append(_fit_verdict(out[1:], fit))
+                   f"{fmt(median(samples) * 1e6)} us, middle half {fmt(q1 * 1e6)}-{fmt(q3 * 1e6)} us, "
+                   f"slowest {fmt(samples[-1] * 1e6)} us) vs model {fmt(model * 1e6)} us: {verdict}.")
+    out.append(_fit_verdict(out[1:], typical, fit.get("hardware", "this machine")))
     return out
 
 
-def _fit_verdict(lines: list[str], fit: dict) -> str:
-    """Whether the α-β line describes the means, and what it follows instead when it does not."""
+def _fit_verdict(lines: list[str], typical: list[bool], hw: str) -> str:
+    """Whether the α-β line describes the means; if not, whether it at least falls in the middle
+    half of the samples (the typical all-to-all) or describes neither."""
     inside = sum("inside the interval" in line for line in lines)
-    below = sum("the model is below" in line for line in lines)
-    hw = fit.get("hardware", "this machine")
-    if inside >= (len(lines) + 1) // 2:
-        return (f"The α-β line is inside {inside} of {len(lines)} intervals: it describes these "
-                f"all-to-alls on {hw}.")
-    return (f"The α-β line misses the mean at {len(lines) - inside} of {len(lines)} sizes ({below} "
-            f"below it): fitted on single samples by relative error, it follows the typical (median) "
-            f"sample, while the means are raised by a few slow samples (stalls of a shared machine, "
-            f"{hw}). Use it for the typical cost, not the mean.")
+    n = len(lines)
+    if inside >= (n + 1) // 2:
+        return f"The α-β line is inside {inside} of {n} intervals: it describes these all-to-alls on {hw}."
+    head = f"The α-β line misses the mean at {n - inside} of {n} sizes"
+    if sum(typical) >= (n + 1) // 2:
+        return (f"{head}, but falls in the middle half of the samples at {sum(typical)}: it describes the "
+                f"typical all-to-all, and a few slow samples (stalls of a shared machine, {hw}) raise "
+                "the means. Use it for the typical cost, not the mean.")
+    return (f"{head} and falls in the middle half of the samples at only {sum(typical)}: one α and one β "
+            f"do not describe these all-to-alls on {hw}; do not use the line to predict them.")
 
 
 def deepspeed_findings(rows: list[dict], study: dict) -> list[str]:
