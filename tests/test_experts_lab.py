@@ -212,7 +212,17 @@ def test_alltoall_findings_say_whether_the_line_describes_anything():
         pts = [{"bytes": 1000.0 * (i + 1), "seconds": s} for i in range(3) for s in samples]
         return {"alpha": 1e-4, "beta": 1e-9, "points": pts, "model": [model] * len(pts), "hardware": "CPU/gloo"}
     stalls = [0.9e-3, 1.1e-3] * 20 + [10e-3] * 8        # a few stalls raise the mean
-    typical = F.alltoall_findings(fit(stalls, 1e-3))[-1]
+    typical = F.alltoall_findings(fit(stalls, 1.1e-3))[-1]
     assert "describes the typical all-to-all" in typical and "CPU/gloo" in typical
+    assert "lower bound" in F.alltoall_findings(fit(stalls, 0.95e-3))[-1]   # in the middle, under the median
     assert "do not describe" in F.alltoall_findings(fit(stalls, 1e-4))[-1]
     assert "describes these all-to-alls" in F.alltoall_findings(fit([1e-3, 1.1e-3, 0.9e-3], 1e-3))[-1]
+
+
+def test_straggler_findings_give_rank_0s_own_offset_at_skew_0():
+    base = {"skew": 0.0, "rows per rank": [100, 100], "max/mean rows": 1.0, "busiest rank": 0,
+            "least busy rank": 1, "rows ratio": 1.0, "repeats": 10, "expert ms per rank": [1.1, 1.0],
+            "time ratio": 1.1, "± time ratio": 0.5, "extra expert ms": 0.1, "± extra": 0.5,
+            "wait ms": 0.0, "± wait": 0.5}
+    text = F.straggler_findings([base])
+    assert "lives on rank 0" in text[1] and "took 1.10x its expert time" in text[1]

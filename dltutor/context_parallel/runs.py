@@ -120,8 +120,14 @@ def time_rows(results: dict) -> list[dict]:
                 mean, ci = mean_and_ci(ms)
                 rows.append({"ranks": n, "mask": "causal" if t["causal"] else "none", "impl": impl,
                              "ms": mean, "±": ci, "fastest": min(ms), "runs": len(ms),
-                             "hardware": reps[0]["hardware"]})
+                             "hardware": reps[0]["hardware"], "shape": _shape(reps[0])})
     return rows
+
+
+def _shape(rep: dict) -> str:
+    """The timed problem, in words (forward+backward, fp32)."""
+    return (f"batch {rep['batch']}, {rep['heads']} heads, sequence {rep['seq']:,}, head_dim "
+            f"{rep['head_dim']}, float32, forward+backward")
 
 
 def torch_rows(results: dict) -> list[dict]:

@@ -130,10 +130,10 @@ def describe(row: dict) -> str:
     mask = "causal" if row["causal"] else "non-causal"
     if row["status"] == "failed":
         return (f"torch context_parallel, {mask}, {row['backend']}: raised {row['error']} "
-                f"(upstream report: {row['upstream']}).")
+                f"(a related upstream report, context parallelism failing on CPU attention kernels: {row['upstream']}).")
     ops = ", ".join(f"{n} x{c}" for n, c in sorted(row["collectives"].items())) or "none"
     how = "a ring (K/V rotated)" if row["ring"] else "NOT a ring: no K/V rotation"
-    back = (f"backward raised {row['backward_error']} (upstream report: {row['upstream']})"
+    back = (f"backward raised {row['backward_error']} (a related upstream report, context parallelism failing on CPU attention kernels: {row['upstream']})"
             if row["backward_error"] else f"dq max |error| {row['grad_err']:.1e}")
     split = ("" if row.get("output_split", "sequence") == "sequence" else
              f" (its output came back split by {row['output_split']}, the sequence whole in torch's "

@@ -58,5 +58,6 @@ def anatomy_findings(rows: list[dict], moe: MoE) -> list[str]:
     active = moe.active_parameters()
     out.append(f"Parameters: {total:,} in the layer, {active:,} used by one token (the gate and "
                f"{moe.top_k} of {moe.num_experts} experts): {fmt(100 * active / total)} %. "
-               "Seed 001's DeepSeek-V3 figure, for scale: 37B of 671B active per token (5.5 %).")
+               "For scale, seed 001's DeepSeek-V3 figure (from DeepSeek's technical report, 2024): 37B of "
+               "671B active per token (5.5 %), attention and its shared expert counted in the 37B.")
     return out

@@ -24,7 +24,8 @@ def aux_findings(rows: list[dict]) -> list[str]:
     on = next(r for r in rows if r["aux weight"] > 0)
     off = next(r for r in rows if r["aux weight"] == 0)
     key, ci = "max/mean load, last steps", "± last"
-    out = [f"Busiest expert's load / the mean, over the last {on['steps averaged']} steps: "
+    out = [f"Busiest expert's load / the mean, over the last {on['steps averaged']} steps (one seed "
+           "each; the ± are over the steps of one run, and neighbouring steps are not independent): "
            + compare(f"with the aux loss (weight {on['aux weight']:g})", on[key], "without it", off[key],
                      spread_a=on[ci], spread_b=off[ci])]
     first = "max/mean load, first steps"
@@ -37,9 +38,7 @@ def aux_findings(rows: list[dict]) -> list[str]:
         verdict = f"what the aux loss did is {INCONCLUSIVE}"
     out.append(f"Both runs change as they train ({fmt(on[first])} -> {fmt(on[key])} with the aux loss, "
                f"{fmt(off[first])} -> {fmt(off[key])} without; 1 = every expert the same load), so the "
-               f"aux loss's part is the gap between the two runs at the same steps: {verdict}. One "
-               "seed each: the ± are over the steps of one run (neighbouring steps are not "
-               "independent), not over repeated runs.")
+               f"aux loss's part is the gap between the two runs at the same steps: {verdict}.")
     out.append(compare("test accuracy with the aux loss", on["test accuracy"], "without",
                        off["test accuracy"], spread_a=_acc_ci(on), spread_b=_acc_ci(off)))
     return out
@@ -75,6 +74,13 @@ def straggler_findings(rows: list[dict]) -> list[str]:
     """rows: straggler_rows (one per skew, no capacity limit)."""
     out = [trend("max/mean rows per rank (no capacity limit)", [r["skew"] for r in rows],
                  [r["max/mean rows"] for r in rows], x_name="skew")]
+    base = next((r for r in rows if r["skew"] == 0), None)
+    if base and len(base["rows per rank"]) == 2 and min(base["expert ms per rank"]) > 0:
+        (r0, r1), (t0, t1) = base["rows per rank"], base["expert ms per rank"]
+        out.append(f"Expert 0, the one the skew favours, lives on rank 0, so rank 0 is the busier rank "
+                   f"at every skew above 0. At skew 0 rank 0 had {r0 / r1:.2f}x rank 1's rows and took "
+                   f"{t0 / t1:.2f}x its expert time (means over the repeats): a rank's own speed "
+                   "differs too, so read the ratios below against that.")
     for r in rows:
         head = (f"skew {r['skew']:g}: rank {r['busiest rank']}'s experts got {r['rows ratio']:.2f}x the "
                 f"rows of rank {r['least busy rank']}'s and took {fmt(r['time ratio'])}x their time "
@@ -119,7 +125,7 @@ def alltoall_findings(fit: dict) -> list[str]:
             verdict = f"the model is {'below' if model < mean else 'above'} it by {fmt(abs(mean - model) * 1e6)} us"
         samples = sorted(s for s, _ in pts)
         q1, q3 = quantiles(samples, n=4)[0::2] if len(samples) > 1 else (samples[0], samples[0])
-        typical.append(q1 <= model <= q3)
+        typical.append((q1 <= model <= q3, model < median(samples)))
         out.append(f"{fmt(nbytes)} B: measured {fmt(mean * 1e6)} ± {fmt(ci * 1e6)} us (median "
                    f"{fmt(median(samples) * 1e6)} us, middle half {fmt(q1 * 1e6)}-{fmt(q3 * 1e6)} us, "
                    f"slowest {fmt(samples[-1] * 1e6)} us) vs model {fmt(model * 1e6)} us: {verdict}.")
@@ -131,15 +137,20 @@ def _fit_verdict(lines: list[str], typical: list[bool], hw: str) -> str:
     """Whether the α-β line describes the means; if not, whether it at least falls in the middle
     half of the samples (the typical all-to-all) or describes neither."""
     inside = sum("inside the interval" in line for line in lines)
-    n = len(lines)
-    if inside >= (n + 1) // 2:
+    n, half = len(lines), (len(lines) + 1) // 2
+    if inside >= half:
         return f"The α-β line is inside {inside} of {n} intervals: it describes these all-to-alls on {hw}."
     head = f"The α-β line misses the mean at {n - inside} of {n} sizes"
-    if sum(typical) >= (n + 1) // 2:
-        return (f"{head}, but falls in the middle half of the samples at {sum(typical)}: it describes the "
+    middle, under = sum(t for t, _ in typical), sum(u for _, u in typical)
+    if middle >= half and under >= half:
+        return (f"{head}, falls in the middle half of the samples at {middle} but under the median at "
+                f"{under}: one α and one β underestimate most of these all-to-alls on {hw}; read the "
+                "line as a lower bound.")
+    if middle >= half:
+        return (f"{head}, but falls in the middle half of the samples at {middle}: it describes the "
                 f"typical all-to-all, and a few slow samples (stalls of a shared machine, {hw}) raise "
                 "the means. Use it for the typical cost, not the mean.")
-    return (f"{head} and falls in the middle half of the samples at only {sum(typical)}: one α and one β "
+    return (f"{head} and falls in the middle half of the samples at only {middle}: one α and one β "
             f"do not describe these all-to-alls on {hw}; do not use the line to predict them.")
 
 
@@ -165,7 +176,8 @@ def deepspeed_findings(rows: list[dict], study: dict) -> list[str]:
         f"second expert: {c['second_expert']} vs {d['second_expert']}.",
         f"aux loss at the last step: {fmt(last['course aux'])} (course, every slot counted) vs "
         f"{fmt(last['DeepSpeed l_aux'])} (DeepSpeed's l_aux, first choices counted).",
-        compare(f"final test accuracy on {c['test_images']} images, course", c["test_accuracy"],
+        compare(f"final test accuracy on {c['test_images']} images, course (the run without skew, aux "
+                f"weight {c['aux_weight']:g}, the one the sweeps use)", c["test_accuracy"],
                 "DeepSpeed", d["test_accuracy"],
                 spread_a=accuracy_halfwidth(c["test_accuracy"], c["test_images"]),
                 spread_b=accuracy_halfwidth(d["test_accuracy"], d["test_images"])),
