@@ -77,8 +77,11 @@ def straggler_findings(rows: list[dict]) -> list[str]:
     base = next((r for r in rows if r["skew"] == 0), None)
     if base and len(base["rows per rank"]) == 2 and min(base["expert ms per rank"]) > 0:
         (r0, r1), (t0, t1) = base["rows per rank"], base["expert ms per rank"]
-        out.append(f"Expert 0, the one the skew favours, lives on rank 0, so rank 0 is the busier rank "
-                   f"at every skew above 0. At skew 0 rank 0 had {r0 / r1:.2f}x rank 1's rows and took "
+        skewed = [r for r in rows if r["skew"] > 0]
+        zero_busiest = bool(skewed) and all(r["busiest rank"] == 0 for r in skewed)
+        out.append(f"Expert 0, the one the skew favours, lives on rank 0"
+                   + (", and rank 0 was the busier rank at every skew above 0" if zero_busiest else "")
+                   + f". At skew 0 rank 0 had {r0 / r1:.2f}x rank 1's rows and took "
                    f"{t0 / t1:.2f}x its expert time (means over the repeats): a rank's own speed "
                    "differs too, so read the ratios below against that.")
     for r in rows:
