@@ -226,3 +226,18 @@ def test_straggler_findings_give_rank_0s_own_offset_at_skew_0():
             "wait ms": 0.0, "± wait": 0.5}
     text = F.straggler_findings([base])
     assert "lives on rank 0" in text[1] and "took 1.10x its expert time" in text[1]
+
+
+def test_straggler_plot_carries_each_ranks_interval():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    from dltutor.experts import plots as P
+    rows = [{"skew": s, "rows per rank": [120, 80], "expert ms per rank": [2.0, 1.5],
+             "± expert ms per rank": [0.3, 0.2]} for s in (0.0, 1.0)]
+    fig = P.plot_straggler(rows)
+    bars = [c for c in fig.axes[1].containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 2 and "95 % CI" in fig.axes[1].get_ylabel()
+    plt.close(fig)

@@ -61,8 +61,10 @@ def plot_straggler(rows: list[dict], path=None):
     for k in range(ranks):
         left.bar([x + k * width for x in xs], [r["rows per rank"][k] for r in rows], width, label=f"rank {k}")
         right.bar([x + k * width for x in xs], [r["expert ms per rank"][k] for r in rows], width,
+                  yerr=[r.get("± expert ms per rank", [0] * ranks)[k] for r in rows], capsize=3,
                   label=f"rank {k}")
-    for ax, what in ((left, "rows processed by the rank's experts"), (right, "expert time (ms, mean of repeats)")):
+    for ax, what in ((left, "rows processed by the rank's experts"),
+                     (right, "expert time (ms, mean of repeats, 95 % CI)")):
         ax.set_xticks([x + 0.4 - width / 2 for x in xs])
         ax.set_xticklabels([f"skew {r['skew']:g}" for r in rows])
         ax.set_ylabel(what)

@@ -149,8 +149,8 @@ def straggler_rows(study: dict) -> list[dict]:
                                                                     parts[least]["experts_s"])])
         rows.append({"skew": point["skew"], "rows per rank": per_rank,
                      "max/mean rows": max(per_rank) / (sum(per_rank) / len(per_rank)),
-                     "expert ms per rank": [round(sum(p["experts_s"]) / len(p["experts_s"]) * 1e3, 3)
-                                            for p in parts],
+                     "expert ms per rank": [round(mean_and_ci(p["experts_s"])[0] * 1e3, 3) for p in parts],
+                     "± expert ms per rank": [round(mean_and_ci(p["experts_s"])[1] * 1e3, 3) for p in parts],
                      "busiest rank": busy, "least busy rank": least,
                      "rows ratio": per_rank[busy] / max(per_rank[least], 1),
                      "time ratio": ratio, "± time ratio": ratio_ci, "repeats": len(parts[busy]["experts_s"]),
