@@ -20,7 +20,8 @@ p = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatt
 p.add_argument("--mode", choices=["ok", "crash", "hang", "sleep", "abort-at-exit", "abort-early"], default="ok")
 p.add_argument("--rank", type=int, default=1, help="the rank that crashes or hangs")
 p.add_argument("--ignore-term", action="store_true", help="sleeping ranks ignore SIGTERM")
-p.add_argument("--marker", default=None, help="each rank touches <marker>.<rank> once running")
+p.add_argument("--marker", default=None,
+               help="each rank touches <marker>.<rank> once running, <marker>.<rank>.done when it ends")
 a = p.parse_args()
 
 info = dist.detect()
@@ -57,3 +58,7 @@ if a.mode == "abort-at-exit":
         abort_like_the_cxx_runtime()
     while True:
         time.sleep(1)
+if a.marker:   # this rank is done: <marker>.<rank>.done, then gone at once (no teardown)
+    open(f"{a.marker}.{rank}.done", "w").close()
+    sys.stdout.flush()
+    os._exit(0)
