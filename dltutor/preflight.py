@@ -36,6 +36,7 @@ class NotebookRun:
     key_numbers: list = field(default_factory=list)
     error: str = ""
     output: str = ""
+    launches: int = 0      # launches logged under the notebook's runs folder (with or without metrics)
 
 
 def notebooks(wanted=None) -> list[Path]:
@@ -68,6 +69,12 @@ def key_numbers(since: float, runs_dir: Path, limit: int = 6) -> list[str]:
     return lines
 
 
+def launch_count(since: float, runs_dir: Path) -> int:
+    """How many launches (folders with a rank 0 log) the notebook logged after `since`."""
+    return sum(1 for p in runs_dir.glob("*") if p.is_dir() and p.stat().st_mtime >= since
+               and (p / "rank0.log").is_file())
+
+
 def _lines(path: Path) -> list[str]:
     return path.read_text(errors="replace").splitlines()
 
@@ -93,7 +100,8 @@ def run_notebook(path: Path, out_dir: Path, timeout: int) -> NotebookRun:
         error = f"{type(exc).__name__}: {exc}".splitlines()[0]
     minutes = (time.time() - start) / 60
     numbers = key_numbers(start, runs) if runs.is_dir() else []
-    return NotebookRun(path.stem, not error, minutes, numbers, error, str(output))
+    return NotebookRun(path.stem, not error, minutes, numbers, error, str(output),
+                       launch_count(start, runs) if runs.is_dir() else 0)
 
 
 def first_real_error(executed: Path) -> str | None:
@@ -135,7 +143,9 @@ def report(runs: list[NotebookRun], rows: list, site: str, fast: bool) -> str:
              "| notebook | result | minutes | key numbers (rank 0's final metrics, from the launch logs) |",
              "|---|---|---|---|"]
     for r in runs:
-        numbers = "<br>".join(r.key_numbers) or "(no multi-rank launch)"
+        numbers = "<br>".join(r.key_numbers) or (
+            f"({r.launches} launch(es); none reported a speed, accuracy or memory metric)"
+            if r.launches else "(no multi-rank launch)")
         lines.append(f"| {r.name} | {'pass' if r.passed else 'FAIL'} | {r.minutes:.1f} | {numbers} |")
     lines += ["", "## What to fix", ""]
     lines += [f"- doctor, {r.name}: {r.value} -> {r.fix}" for r in problems]

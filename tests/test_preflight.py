@@ -70,3 +70,15 @@ def test_preflight_refuses_unknown_notebooks_and_sites():
     out = subprocess.run([sys.executable, "-m", "dltutor", "preflight", "--site", "atlantis"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "no site profile 'atlantis'" in out.stderr
+
+
+def test_a_notebook_whose_launches_report_no_key_metric_is_not_called_launch_free(tmp_path):
+    runs = tmp_path / "runs"
+    for name in ("20250101-000000-faulty_train-aaaa", "20250101-000001-faulty_train-bbbb"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "rank0.log").write_text("a rank that failed on purpose\n")
+    since = time.time() - 5
+    assert preflight.key_numbers(since, runs) == [] and preflight.launch_count(since, runs) == 2
+    run = preflight.NotebookRun("08_debugging", True, 1.0, [], launches=2)
+    text = preflight.report([run], [], "local", fast=False)
+    assert "(2 launch(es); none reported" in text and "no multi-rank launch" not in text

@@ -54,3 +54,12 @@ def test_bars_of_compared_rates_carry_their_intervals():
     segments = caps[0].lines[2][0].get_segments()
     widths = sorted(round(abs(s[1][0] - s[0][0]), 6) for s in segments)
     assert widths == [0.0, 0.0, 20.0]           # only the row with an interval gets one
+
+
+def test_a_paired_ratio_interval_is_taken_on_the_logarithms():
+    import math
+    from dltutor.core.spread import ratio_ci
+    mid, lo, hi = ratio_ci([1.62, 2.14, 1.75])              # notebook 03's Horovod / DDP per round
+    assert math.isclose(mid, (1.62 * 2.14 * 1.75) ** (1 / 3))
+    assert 1.2 < lo < mid < hi < 2.7 and math.isclose(mid / lo, hi / mid)   # symmetric in log
+    assert math.isnan(ratio_ci([2.0])[1]) and math.isnan(ratio_ci([])[0])

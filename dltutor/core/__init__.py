@@ -15,6 +15,7 @@
   findings.py  the sentences that say what this run showed, from its numbers ('inconclusive here'
                inside the run's spread), shown as a list in Jupyter
   spread.py    the course's '±': the 95 % confidence interval of a mean over repeats (scipy t)
+  rounds.py    set-ups compared in turns: each round runs every set-up once, the order rotated
   plots.py     honest plot labels (data, CPU/GPU, fast mode) and side-by-side bars
   sources.py   every figure and log line quoted from the seeds (the talks), with its seed line
   gpu_dryrun.py  tests only: run lab code as rank r of an NCCL job on a CPU machine (fake CUDA

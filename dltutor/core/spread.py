@@ -61,3 +61,15 @@ def combined(*halfwidths) -> float:
 def decided(halfwidth) -> bool:
     """Whether an interval exists (two or more values gave it)."""
     return halfwidth is not None and not math.isnan(float(halfwidth))
+
+
+def ratio_ci(ratios, level: float = LEVEL) -> tuple[float, float, float]:
+    """(geometric mean, low, high) of ratios a/b taken within each round or pass (paired): the
+    Student-t interval of the mean of their logarithms, turned back into a ratio (so it is not
+    symmetric). The pairing cancels what a round shares (the machine's load at that minute); the
+    comparison is decided when the interval leaves out 1. nan bounds below two ratios."""
+    logs = [math.log(float(r)) for r in ratios if r is not None and float(r) > 0]
+    if not logs:
+        return math.nan, math.nan, math.nan
+    mid, half = sum(logs) / len(logs), mean_ci(logs, level)
+    return math.exp(mid), math.exp(mid - half), math.exp(mid + half)
