@@ -188,3 +188,52 @@ def test_notebook_01_says_what_pm_means_where_the_student_first_meets_it():
     assert "not how much one piece varies" in srcs[first]
     text = " ".join(srcs)
     assert "half the range" not in text and "half range" not in text and "min-max" not in text
+
+
+def test_an_undecided_knob_says_how_many_pieces_would_decide_it():
+    """Issue #42: a knob the full run cannot decide says why, from the run's numbers: the pieces
+    that would bring the combined ± under the gap if the noise stayed (± narrows as 1/sqrt(n))."""
+    assert sf.pieces_needed(10.0, 20.0, 24) == 96 and sf.pieces_needed(10.0, 11.0, 24) == 30
+    assert sf.pieces_needed(0.0, 5.0, 24) is None and sf.pieces_needed(5.0, math.nan, 24) is None
+    r = [{**row, "pieces": 24} for row in rows(100.0, 102.0, 101.0, 103.0, spread=5.0)]
+    out = sf.speed(r)
+    # 2 workers vs 0: gap 2, combined ±7.07: (7.07 / 2)^2 x 24 = 300 pieces, far more than 24
+    assert "about 300 pieces per variant instead of 24 (" in out[1]
+    assert "smaller than what its noise lets a notebook run decide" in out[1]
+    near = sf.speed([{**row, "pieces": 24} for row in rows(100.0, 106.0, 101.0, 103.0, spread=5.0)])
+    assert "about 34 pieces per variant instead of 24" in near[1] and "smaller than" not in near[1]
+    decided = sf.speed([{**row, "pieces": 24} for row in rows(100.0, 150.0, 200.0, 300.0)])
+    assert not any("pieces per variant" in s for s in decided)
+
+
+def test_the_final_accuracy_is_shown_with_its_interval_against_90_percent():
+    """Issue #42: full CPU mode trains to >= 90 % on Fashion-MNIST; the finding prints the final
+    accuracy with its 95 % binomial interval and whether 90 % lies below it."""
+    above = sf.curves(history([1.0, 0.3], [0.85, 0.92]), n_test=10_000)[-1]
+    assert above.startswith("Final test accuracy 92.0 % ± 0.5 % (95 % binomial interval on 10,000")
+    assert above.endswith("above 90%, beyond its interval.")
+    near = sf.accuracy_goal(history([1.0], [0.903]), n_test=10_000)     # ± 0.58 holds 90 %
+    assert INCONCLUSIVE in near
+    assert sf.accuracy_goal(history([1.0], [0.80]), n_test=512).endswith("below 90%, beyond its interval.")
+
+
+def test_notebook_01_full_cpu_mode_trains_on_all_of_fashion_mnist(monkeypatch):
+    """Issue #42: full CPU mode uses all 60,000 training and 10,000 test images, a width-16 ResNet,
+    and times the speed table in more pieces than the default; the GPU branch keeps CIFAR-10's sizes."""
+    from pathlib import Path
+
+    import nbformat
+    from dltutor.single import interleave
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "course/notebooks/01_single_gpu_cifar10.ipynb",
+                       as_version=4)
+    cell = next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    for gpu, want in ((False, dict(TRAIN_IMAGES=60_000, TEST_IMAGES=10_000, WIDTH=16, WORKERS=0)),
+                      (True, dict(TRAIN_IMAGES=50_000, TEST_IMAGES=10_000, WIDTH=64, EPOCHS=15))):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda gpu=gpu: gpu)
+        names = {}
+        exec(cell, names)
+        assert {k: names[k] for k in want} == want
+        assert names["TABLE_PIECES"] > interleave.CHUNKS and names["TABLE_STEPS"] >= 4 * names["TABLE_PIECES"]
+    monkeypatch.setenv("DLTUTOR_FAST", "1")
+    exec(cell, names)
+    assert names["TABLE_STEPS"] == 4 and names["TABLE_PIECES"] == 4 and names["TRAIN_IMAGES"] == 1_024

@@ -127,3 +127,25 @@ def test_worker_processes_start_outside_the_timed_window_and_are_shut_down(monke
     assert len(log) == 6                                         # 3 untimed first batches + 3 timed
     assert got["images"] == 12 and got["seconds"] == pytest.approx(3.0)
     assert run._it is None and set(multiprocessing.active_children()) <= before
+
+
+def test_more_pieces_when_asked_each_from_its_own_round(monkeypatch):
+    """Notebook 01's full mode cuts each variant's steps into TABLE_PIECES pieces (more than the
+    default CHUNKS), so its ± is the CI over that many rounds; compare_speed passes `pieces` on."""
+    assert interleave.pieces(12, 6) == [2] * 6 and interleave.pieces(10) == [2] * 5
+    clock, log = _fake_clock(monkeypatch, 1e9, 1e9), []
+    runners = [_runner(n, clock, log) for n in "AB"]
+    order = interleave.time_in_rounds(runners, steps=8, chunks=8)   # 8 pieces of 1 step
+    assert len(order) == 8 and order[1] == ["B", "A"]
+    assert runners[0].result()["pieces"] == 8 and runners[0].result()["rounds"] == list(range(8))
+
+
+def test_compare_speed_times_the_pieces_it_is_given(tmp_path, monkeypatch):
+    monkeypatch.setenv(cifar10.OFFLINE_ENV, "1")
+    monkeypatch.setenv("DLTUTOR_FASHION_MNIST", "none")
+    tr, _, _ = cifar10.load_cifar10(root=tmp_path, train_subset=64, test_subset=10, quiet=True)
+    clock, log = _fake_clock(monkeypatch, 1e9, 1e9), []
+    rows = speed.compare_speed(lambda: Clocked(clock, log, "m"), tr, batch_size=16, steps=8, pieces=8,
+                               warmup=1, device="cpu", workers=(0,), try_compile=False)
+    timed = [r for r in rows if r["img_per_s"]]
+    assert len(timed) == 3 and all(r["pieces"] == 8 for r in timed)

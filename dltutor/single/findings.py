@@ -5,6 +5,8 @@
     bottleneck(rows)          the share of a step that preparing the batches took, and so which
                               part limited the run: the input pipeline or the compute
     batch_sizes(results)      the batch-size exercise: the fastest size, or "inconclusive here"
+    accuracy_goal(history, n) the final test accuracy and its interval against 90 %
+    pieces_needed(gap, ±, n)  how many pieces would decide a gap, if the noise stays as it was
 
 A throughput's spread is the 95 % confidence interval of the mean img/s of its separately timed
 chunks (`core.spread.mean_ci`; a row without one has no interval, nan, and decides nothing); a
@@ -21,6 +23,7 @@ from dltutor.core.spread import combined
 ON_DEVICE = "data on device"
 NO_WORKERS = "DataLoader, 0 workers"
 CHANCE = 0.10   # 10 classes: the accuracy of guessing
+GOAL = 0.90     # the test accuracy full CPU mode trains to on Fashion-MNIST
 
 
 def _ci(row: dict) -> float:
@@ -58,12 +61,48 @@ def speed(rows: list[dict]) -> list[str]:
         ref = _reference(r, rows)
         if r is ref or not ref.get("img_per_s"):
             continue
-        out.append(compare(r["variant"], r["img_per_s"], ref["variant"], ref["img_per_s"],
-                           unit="img/s", spread_a=_ci(r), spread_b=_ci(ref)))
+        line = compare(r["variant"], r["img_per_s"], ref["variant"], ref["img_per_s"],
+                       unit="img/s", spread_a=_ci(r), spread_b=_ci(ref))
+        out.append(line + _needed(r, ref) if INCONCLUSIVE in line else line)
     skipped = [f"{r['variant']}: {r['status']}" for r in rows if not r.get("img_per_s")]
     if skipped:
         out.append("Not measured in this run: " + "; ".join(skipped) + ".")
     return out
+
+
+def pieces_needed(gap: float, halfwidth: float, pieces: int) -> int | None:
+    """Pieces per variant that would bring an interval `halfwidth` (reached over `pieces` pieces)
+    under `gap`, if the noise stays as it was: the interval narrows as 1/sqrt(pieces). None when
+    there is no gap to resolve or no interval to scale."""
+    if not gap or not pieces or math.isnan(halfwidth) or halfwidth <= 0:
+        return None
+    return max(pieces + 1, math.ceil(pieces * (halfwidth / gap) ** 2 - 1e-9))
+
+
+def _needed(row: dict, ref: dict) -> str:
+    """Why a knob's comparison is not decided, from the run's numbers: the pieces it would take."""
+    gap = abs(row["img_per_s"] - ref["img_per_s"])
+    n = min(row.get("pieces") or 0, ref.get("pieces") or 0)
+    need = pieces_needed(gap, combined(_ci(row), _ci(ref)), n)
+    if need is None:
+        return ""
+    return (f" At this run's noise, telling a gap of {fmt(gap, 'img/s')} apart would take about "
+            f"{need:,} pieces per variant instead of {n} ({need / n:.0f}x the timed steps)"
+            + (": on this machine the knob's effect is smaller than what its noise lets a notebook "
+               "run decide." if need > 4 * n else "."))
+
+
+def accuracy_goal(history, n_test: int, goal: float = GOAL) -> str:
+    """The final test accuracy with its 95 % binomial interval, against `goal` (90 %)."""
+    acc = history.test_acc[-1]
+    half = accuracy_halfwidth(acc, n_test)
+    head = (f"Final test accuracy {100 * acc:.1f} % ± {100 * half:.1f} % (95 % binomial interval on "
+            f"{n_test:,} test images) after {len(history.test_acc)} epoch(s)")
+    if acc - half > goal:
+        return f"{head}: above {goal:.0%}, beyond its interval."
+    if acc + half < goal:
+        return f"{head}: below {goal:.0%}, beyond its interval."
+    return f"{head}: whether it is above {goal:.0%} is {INCONCLUSIVE} (the interval holds {goal:.0%})."
 
 
 def bottleneck(rows: list[dict]) -> str:
@@ -98,8 +137,8 @@ def bottleneck(rows: list[dict]) -> str:
 
 
 def curves(history, n_test: int) -> list[str]:
-    """The loss over the epochs, the test accuracy first vs last epoch, and against guessing
-    (epochs counted from 1, as in the plot; accuracies in %)."""
+    """The loss over the epochs, the test accuracy first vs last epoch, against guessing and
+    against 90 % (epochs counted from 1, as in the plot; accuracies in %)."""
     epochs = [e + 1 for e in history.epoch]
     out = [trend("training loss", epochs, history.train_loss, x_name="epoch")]
     first, last = history.test_acc[0], history.test_acc[-1]
@@ -110,7 +149,7 @@ def curves(history, n_test: int) -> list[str]:
                            spread_a=100 * s1, spread_b=100 * s0))
     out.append(compare("final test accuracy", 100 * last, "guessing", 100 * CHANCE, unit="%",
                        spread_a=100 * s1))
-    return out
+    return out + [accuracy_goal(history, n_test)]
 
 
 def batch_sizes(results: dict, spreads: dict | None = None) -> list[str]:

@@ -6,9 +6,9 @@
     order = time_in_rounds(runners, steps=30)  # [["a", "b"], ["b", "a"], ...]: who ran when
     runners[0].result()                        # {"img_per_s", "spread", "rounds", ...}
 
-The timed steps of every runner are cut into the same pieces (at most CHUNKS). Round r times one
-piece of every runner, the order rotated by r (A B C, then B C A, then C A B, ...), so a runner is
-neither always first nor always right after the same other one. A runner's img/s is its images
+The timed steps of every runner are cut into the same pieces (at most `chunks`, CHUNKS unless
+told). Round r times one piece of every runner, the order rotated by r (A B C, then B C A, then
+C A B, ...), so a runner is neither always first nor always right after the same other one. A runner's img/s is its images
 over its pieces' seconds; its ± is the 95 % CI of the mean of its pieces' rates
 (`core.spread.mean_ci`). Timed one after the other, set-ups minutes apart meet different machines
 (another program starts, the clock drops) and that drift shows up as a difference between them;
@@ -34,9 +34,9 @@ from dltutor.single.train import default_optimizer
 CHUNKS = 5   # the timed steps of each set-up in up to 5 pieces: the 95 % CI of their mean img/s is the ±
 
 
-def pieces(steps: int) -> list[int]:
-    """Steps per piece: `steps` cut into at most CHUNKS pieces of ceil(steps / CHUNKS) (the last may be shorter)."""
-    per = max(1, -(-steps // CHUNKS))
+def pieces(steps: int, chunks: int = CHUNKS) -> list[int]:
+    """Steps per piece: `steps` cut into at most `chunks` pieces of ceil(steps / chunks) (the last may be shorter)."""
+    per = max(1, -(-steps // max(1, chunks)))
     return [min(per, steps - i) for i in range(0, steps, per)]
 
 
@@ -104,10 +104,11 @@ class Runner:
             self.close()
 
     def result(self) -> dict:
-        """{img_per_s, images, seconds, steps, spread, rounds}: spread is the 95 % CI of the mean
-        rate of its pieces (nan for one piece); rounds, the round each piece was timed in."""
+        """{img_per_s, images, seconds, steps, spread, rounds, pieces}: spread is the 95 % CI of the
+        mean rate of its pieces (nan for one piece); rounds, the round each piece was timed in."""
         return {"img_per_s": self.images / self.seconds, "images": self.images, "seconds": self.seconds,
-                "steps": sum(self.steps_timed), "spread": ci.mean_ci(self.rates), "rounds": list(self.rounds)}
+                "steps": sum(self.steps_timed), "spread": ci.mean_ci(self.rates), "rounds": list(self.rounds),
+                "pieces": len(self.rates)}
 
 
 def _piece(run: Runner, size: int, r: int, last):
@@ -131,15 +132,16 @@ def _piece(run: Runner, size: int, r: int, last):
     return None if run.close() else end
 
 
-def time_in_rounds(runners: list[Runner], steps: int) -> list[list[str]]:
-    """Time `steps` steps of every runner in rounds of one piece each, the order rotated each round;
+def time_in_rounds(runners: list[Runner], steps: int, chunks: int = CHUNKS) -> list[list[str]]:
+    """Time `steps` steps of every runner in rounds of one piece each (at most `chunks` pieces: more
+    pieces, a narrower interval of the mean), the order rotated each round;
     returns the order of every round (names). A runner that raises is left out of later rounds, its
     exception in `runner.error`; worker processes are shut down at the end."""
     order, last = [], None
     if not runners:
         return order
     try:
-        for r, size in enumerate(pieces(steps)):
+        for r, size in enumerate(pieces(steps, chunks)):
             k = r % len(runners)
             turn = runners[k:] + runners[:k]
             order.append([run.name for run in turn])

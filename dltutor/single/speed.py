@@ -49,13 +49,14 @@ def _failed(variant: str, exc: BaseException) -> dict:
 
 def compare_speed(make_model, train_ds, batch_size: int = 64, steps: int = 20, warmup: int = 3,
                   device=None, workers=(0, 2), try_compile: bool = True, seed: int = 0,
-                  compile_note: str = "skipped") -> list[dict]:
+                  compile_note: str = "skipped", pieces: int = CHUNKS) -> list[dict]:
     """Rows {variant, img_per_s, spread, speedup, status} for the "make one device fast" comparison
     (spread: the 95 % CI of the mean img/s of its timed pieces, `core.spread.mean_ci`).
 
     Every variant is built and warmed up first (torch.compile compiles then); then all are timed in
     turns (`interleave.time_in_rounds`: each round one piece of every variant, the order rotated),
     so a slow stretch of the machine slows them alike instead of deciding their order.
+    `steps` are cut into at most `pieces` pieces (rounds): the ± narrows as 1/sqrt(pieces).
     make_model: a function returning a fresh model. try_compile=False reports torch.compile as
     `compile_note` (e.g. 'skipped in fast mode') instead of measuring it."""
     from dltutor.data.loaders import DeviceLoader, make_loaders, to_device_tensors
@@ -92,7 +93,7 @@ def compare_speed(make_model, train_ds, batch_size: int = 64, steps: int = 20, w
             row["status"] = f"ok (compiling + warm-up took {time.perf_counter() - t0:.0f} s)"
     else:
         rows.append({"variant": compiled, "img_per_s": None, "status": compile_note})
-    interleave.time_in_rounds([r["runner"] for r in rows if "runner" in r], steps)
+    interleave.time_in_rounds([r["runner"] for r in rows if "runner" in r], steps, pieces)
     rows = [_row(r) for r in rows]
     base = rows[0]["img_per_s"]
     for r in rows:
@@ -109,7 +110,7 @@ def _row(r: dict) -> dict:
         return _failed(r["variant"], run.error)
     got = run.result()
     return {"variant": r["variant"], "img_per_s": got["img_per_s"], "spread": got["spread"],
-            "status": r.get("status", "ok")}
+            "pieces": got["pieces"], "status": r.get("status", "ok")}
 
 
 def speed_table(rows: list[dict], title: str = "") -> Table:
