@@ -6,8 +6,11 @@
   scaling_quiz.py  Exercise 1's check: effective batch, scaled LR, warm-up steps (never the answer)
   batch_study.py  large global batches measured in one process: LR policies, steps to a target
   batch_report.py the sweep's tables and sentences; `python -m dltutor.ddp.batch_report`
-  batch_reference.py  a labelled full-mode reference sweep (stored numbers, not this run), its sentences
+  warmup_seeds.py warm-up or not over seeds: the mean difference per batch and its 95 % interval
+  rounds.py     launches in rotated rounds: rates, efficiencies and step times over the rounds
+  batch_reference.py  a labelled earlier full-mode reference sweep (stored numbers, not this run), its sentences
   findings.py   what this run's scaling, bucket and overlap numbers show, as printed sentences
+  overlap_findings.py  the profiled step's terms: exposed communication, overlap fraction, contention
   multinode.py  a job across nodes: where its ranks ran, the same answer as on one node?
   timeline.py   one profiled DDP step: forward, backward, each bucket's all-reduce; overlap fraction
   plots.py      scaling efficiency, warm-up loss curves, step time vs buckets, the batch study

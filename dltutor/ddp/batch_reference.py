@@ -1,7 +1,8 @@
 """A labelled reference for notebook 02's large-batch study: one full-mode sweep, measured once.
 
-Not this run: the numbers were measured by `DLTUTOR_OFFLINE=1 .venv/bin/python -m
-dltutor.ddp.batch_report` (notebook 02's full-mode sizes, `batch_report.FULL`) on the course's
+Not this run, and not this run's sizes: the numbers were measured by `DLTUTOR_OFFLINE=1
+.venv/bin/python -m dltutor.ddp.batch_report` at the full-mode sizes of 2026-11-23 (`SIZES`: six
+batch sizes, one seed; today's full mode runs three batch sizes with three seeds each) on the course's
 2-core CPU machine, shared with other jobs, 38 min wall, with Fashion-MNIST (16,384 / 2,000 images,
 base LR 0.005 at B = 32, 1-epoch warm-up, images grouped as on 2 ranks); target = 95 % of the
 B = 32 accuracy; committed with the course on 2026-11-23 (commit cbc3f19). A second measurement grouped the images as on 1 rank and differed only at B = 1024.
@@ -13,10 +14,15 @@ B = 32 accuracy; committed with the course on 2026-11-23 (commit cbc3f19). A sec
 from __future__ import annotations
 
 from dltutor.core.findings import trend
-from dltutor.ddp.batch_report import FULL, describe, scaling_rows
+from dltutor.ddp.batch_report import describe, scaling_rows
+
+# the full-mode sizes the reference was measured at (batch_report.FULL of 2026-11-23), one seed
+SIZES = dict(train=16384, test=2000, epochs=4, batches=[32, 64, 128, 256, 512, 1024], base_lr=0.005,
+             warmup_epochs=1.0, world_size=2, max_epochs=12)
+FULL = SIZES
 
 SOURCE = ("measured once by `DLTUTOR_OFFLINE=1 .venv/bin/python -m dltutor.ddp.batch_report` "
-          "(full-mode sizes, Fashion-MNIST, the course's 2-core CPU machine shared with other jobs, "
+          "(the full-mode sizes of 2026-11-23: 16,384 images, B = 32 to 1024, ONE seed; Fashion-MNIST, the course's 2-core CPU machine shared with other jobs, "
           "38 min wall; committed 2026-11-23)")
 TARGET = 0.797
 # global batch: (accuracy after 4 epochs with no LR scaling, linear rule, rule + warm-up;

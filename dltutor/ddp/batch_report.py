@@ -10,14 +10,17 @@
 """
 from __future__ import annotations
 
+import math
+
 from dltutor.core import env
 from dltutor.ddp.batch_study import POLICIES, POLICY_TEXT
 
 # notebook 02's sizes for the study (its parameters cell holds the same values, full / fast)
-FULL = dict(train=16384, test=2000, epochs=4, batches=[32, 64, 128, 256, 512, 1024], base_lr=0.005,
-            warmup_epochs=1.0, world_size=2, max_epochs=12)
+# (full: three batches, so that warm-up can be run with 3 seeds on 2 cores; see warmup_seeds)
+FULL = dict(train=8192, test=2000, epochs=4, batches=[64, 512, 1024], base_lr=0.005,
+            warmup_epochs=1.0, world_size=2, max_epochs=8, seeds=(0, 1, 2))
 FAST = dict(train=512, test=300, epochs=2, batches=[16, 64, 256], base_lr=0.005,
-            warmup_epochs=1.0, world_size=2, max_epochs=2)
+            warmup_epochs=1.0, world_size=2, max_epochs=2, seeds=(0,))
 GOOD_EFFICIENCY = 0.8   # "still scales": doubling the batch saves at least 80% of the ideal steps
 
 
@@ -75,9 +78,57 @@ def _gap_kind(rows: list[dict], b_small: int, b_big: int, policy: str) -> str:
                    "is a wider train-test gap: a generalization gap.")
 
 
-def describe(rows: list[dict], fast: bool | None = None) -> list[str]:
+def seed_accs(rows: list[dict], batch: int) -> dict:
+    """{policy: [test accuracy of each seed]} at one batch (seed 0's sweep and any further seeds)."""
+    out = {}
+    for r in rows:
+        if r["global_batch"] == batch and r.get("test_acc") is not None:
+            out.setdefault(r["policy"], []).append(r["test_acc"])
+    return out
+
+
+def _one_seed_caveat(rows: list[dict], batch: int) -> str | None:
+    """Why one seed cannot rank the policies at `batch`: the seeds' range where several ran, and
+    the policies run with one seed only (None where every policy ran with several seeds)."""
+    accs = seed_accs(rows, batch)
+    single = [p for p in POLICIES if len(accs.get(p, [])) == 1]
+    many = [p for p in POLICIES if len(accs.get(p, [])) > 1]
+    if not single or not many:
+        return None
+    ranged = "; ".join(f"{POLICY_TEXT[p]} ranged {min(accs[p]):.1%} to {max(accs[p]):.1%} over "
+                       f"{len(accs[p])} seeds" for p in many)
+    return (f"At B={batch} one seed cannot rank the policies: {ranged}; "
+            + ", ".join(POLICY_TEXT[p] for p in single) + " was run with one seed only.")
+
+
+def _diverged(rows: list[dict], batch: int, chance: float = math.log(10)) -> str | None:
+    """Scaled-LR runs at `batch` (seed 0) whose loss rose above chance (ln 10 for 10 classes):
+    the peak, its step, and the final loss against chance."""
+    hot = [r for r in rows if r["global_batch"] == batch and r.get("seed", 0) == 0
+           and r["policy"] != "fixed" and r.get("loss_curve") and max(r["loss_curve"][1:] or [0]) > chance]
+    if not hot:
+        return None
+    def one(r):
+        c = r["loss_curve"]
+        k = max(range(1, len(c)), key=lambda i: c[i])
+        return (f"{POLICY_TEXT[r['policy']]} (peak LR {r['peak_lr']:.3g}) peaked at loss {c[k]:.1f} at step {k + 1} "
+                f"and ended at {c[-1]:.2f}")
+    return (f"At B={batch} the loss of a scaled-LR run rose above chance (ln 10 = {chance:.2f}): "
+            + "; ".join(one(r) for r in hot) + ": the step was too large for these first steps.")
+
+
+def _rule_gain(gap: list[dict]) -> list[str]:
+    """The linear rule against no LR scaling at each batch between the smallest and the largest."""
+    return [f"Linear scaling rule at B={g['global_batch']}: {_pts(g['scaled'], g['fixed'])} over no LR "
+            f"scaling ({g['fixed']:.1%} -> {g['scaled']:.1%}; seed 0 only, one run each)."
+            for g in gap[1:-1] if g.get("scaled") is not None and g.get("fixed") is not None]
+
+
+def describe(rows: list[dict], fast: bool | None = None, seeded: list[dict] | None = None) -> list[str]:
     """Sentences that say what this sweep measured (numbers from `rows` only); `fast` (default:
-    this process's fast mode) adds the fast-mode caveat; a stored reference passes False."""
+    this process's fast mode) adds the fast-mode caveat; a stored reference passes False.
+    `seeded`: the further seeds' runs (`warmup_seeds.seed_runs`): where they exist, one seed is not
+    allowed to rank the policies at the largest batch (`_one_seed_caveat`)."""
     fast = env.fast_mode() if fast is None else fast
     gap, sc = gap_rows(rows), scaling_rows(rows)
     small, big = gap[0], gap[-1]
@@ -95,15 +146,22 @@ def describe(rows: list[dict], fast: bool | None = None) -> list[str]:
                f"{acc[p]:.1%} with {POLICY_TEXT[p]}" for p in POLICIES if acc[p] is not None) + "."]
     best = max((p for p in POLICIES if acc[p] is not None), key=lambda p: acc[p])
     gapped = acc[best] < base - 0.01
-    out.append(f"Best large-batch policy here: {POLICY_TEXT[best]}, {_pts(acc[best], base)} against the "
+    caveat = _one_seed_caveat(rows + list(seeded or []), big["global_batch"])
+    out += [caveat] if caveat else []
+    out.append(("Highest of seed 0's runs at the largest batch" if caveat else "Best large-batch policy here")
+               + f": {POLICY_TEXT[best]}, {_pts(acc[best], base)} against the "
                f"smallest batch" + (" (no gap bigger than 1 point in this run)." if not gapped else
                                     f" (a test-accuracy gap at the same epochs, after {big['steps']} steps "
                                     f"against {small['steps']})."))
     if gapped:
         out.append(_gap_kind(rows, small["global_batch"], big["global_batch"], best))
+    out += _rule_gain(gap)
+    div = _diverged(rows, big["global_batch"])
+    out += [div] if div else []
     if acc.get("scaled") is not None and acc.get("scaled+warmup") is not None:
-        out.append(f"Warm-up at the largest batch: {_pts(acc['scaled+warmup'], acc['scaled'])} over the "
-                   f"linear rule alone (peak LR {big['lr scaled']:.3g}).")
+        out.append(f"Warm-up at the largest batch in this one run: {_pts(acc['scaled+warmup'], acc['scaled'])} "
+                   f"over the linear rule alone (peak LR {big['lr scaled']:.3g}); one seed gives no interval, "
+                   "so this is not a verdict on warm-up (the verdict over seeds is its own sentence).")
     keeps = [r["global_batch"] for r in sc[1:] if (r["efficiency"] or 0) >= GOOD_EFFICIENCY]
     stops = [r for r in sc[1:] if (r["efficiency"] or 0) < GOOD_EFFICIENCY]
     text = (f"Steps to {sc[0]['target']:.1%} ({POLICY_TEXT['scaled+warmup']}): {sc[0]['steps_to_target']} at "
@@ -117,6 +175,9 @@ def describe(rows: list[dict], fast: bool | None = None) -> list[str]:
                f"did not reach it in {s['steps_run']} steps (perfect scaling: {s['perfect_scaling']:.0f})")
         text += (f"near-perfect scaling up to B={keeps[-1]}; " if keeps and keeps[-1] < s["global_batch"]
                  else "") + f"from B={s['global_batch']} on, returns diminish: it {got}."
+    if caveat:
+        text += (" (One seed per batch: where the seeds' accuracies range as above, these step counts "
+                 "are one draw, not a verdict.)")
     out.append(text)
     pairs = list(zip(sc, sc[1:]))
     up = next((b for a, b in pairs if a["steps_to_target"] and (  # more steps, or not reached in as many
@@ -164,7 +225,10 @@ def main(argv=None):
     print(f"data: {label}")
     print(format_table(gap_rows(rows), ["global_batch", "steps", *POLICIES], digits=3))
     print(format_table(scaling_rows(rows), None, digits={"efficiency": 2, "epochs_to_target": 2}))
-    print("\n".join(describe(rows)))
+    from dltutor.ddp import warmup_seeds
+    rows += warmup_seeds.seed_runs(data, rows, size["seeds"][1:], echo=lambda text: print(text, flush=True))
+    print("\n".join(describe([r for r in rows if r["seed"] == size["seeds"][0]])))
+    print("\n".join(warmup_seeds.warmup_findings(warmup_seeds.warmup_table(rows))))
     return rows
 
 

@@ -1,12 +1,14 @@
 """What notebook 02's runs show, as sentences built from their numbers (`dltutor.core.findings`).
 
-A spread ("±") is the 95 % confidence interval of the mean compared (`dltutor.core.spread`): over
-the timed steps of the slowest rank (lab 02's `step_times_ms`, warm-up already left out) for
-throughputs and step times, over ranks x profiled steps for the timeline's terms; an efficiency's
-combines those of its two rates. A difference inside the spreads is reported as "inconclusive here".
+A spread ("±") is the 95 % confidence interval of the mean compared (`dltutor.core.spread`): with
+launches in interleaved rounds (`dltutor.ddp.rounds`), over the rounds (an efficiency is taken within
+each round); with one launch, over the timed steps of the slowest rank (lab 02's `step_times_ms`,
+warm-up already left out), an efficiency's combining those of its two rates; over ranks x profiled
+steps for the timeline's terms. A difference inside the spreads is reported as "inconclusive here",
+with the rounds a gap of that size would need (`rounds.why_undecided`).
 
 * `step_row(label, metrics)`: one launch as a row: mean step time of the slowest rank, its 95 % CI.
-* `scaling(table)`: weak and strong scaling efficiency against 1.0 and against each other.
+* `scaling(table)`: weak and strong scaling efficiency against 1.0 (ideal), 1/W (no gain) and each other.
 * `buckets(rows)`: which bucket setting stepped fastest; whether no overlap beat the lab's buckets
   (`bucket_label`: sizes in MiB; `lab_buckets_note`: the lab's explicit 25 is not DDP's default).
 * `lab_agreement(pair)`: lab 02 on W ranks against the one-process sweep (section 3): a verdict,
@@ -22,7 +24,7 @@ from dltutor.core.findings import INCONCLUSIVE, against, compare, differs, fmt
 
 def _pm(h: float) -> str:
     """'± 0.12', or '± n/a' where one value gave no interval."""
-    return f"± {h:.2f}" if ci.decided(h) else "± n/a"
+    return f"± {h:.3f}" if ci.decided(h) else "± n/a"
 
 
 def slowest(metrics: list[dict]) -> dict:
@@ -41,21 +43,38 @@ def step_row(label: str, metrics: list[dict]) -> dict:
     times = m.get("step_times_ms") or [m["step_time_ms"]]
     return {"label": label, "step_time_ms": sum(times) / len(times), "spread_ms": ci.mean_ci(times),
             "timed_steps": len(times), "global_img_per_s": metrics[0]["global_img_per_s"],
+            "global_batch": metrics[0].get("global_batch"), "params": metrics[0].get("params"),
+            "overlap": metrics[0].get("overlap", True), "bucket_cap_mb": metrics[0].get("bucket_cap_mb"),
             "hardware": m["hardware"]}
 
 
 # ---------------------------------------------------------------- section 2: scaling efficiency
 def _eff_spread(row: dict, base: dict) -> float:
-    """± of efficiency = P / (P_base x scale): the relative CIs of P and P_base in quadrature
-    (`core.spread.combined`); nan when either rate has no interval."""
+    """± of efficiency = P / (P_base x scale). Measured in interleaved rounds (`ddp.rounds`): the
+    95 % CI over the rounds' efficiencies (`efficiency_spread`). One round: the relative CIs of P
+    and P_base over steps in quadrature (`core.spread.combined`); nan when either has no interval."""
+    if row.get("rounds", 1) >= 2 and "efficiency_spread" in row:
+        return row["efficiency_spread"]
+
     def rel(r):
         h = r.get("rate_spread")
         return float("nan") if h is None else h / r["global_img_per_s"]
     return row["efficiency"] * ci.combined(rel(row), rel(base))
 
 
+def _against(e: float, de: float, name: str, line: float, rounds: int) -> str:
+    """'below' / 'above' `name` `line` beyond the interval, or INCONCLUSIVE with why (from the numbers)."""
+    at = f"{name} {line:.1f}" if round(line, 1) == line else f"{name} {line:.2f}"
+    if differs(e, line, de):
+        return f"{'below' if e < line else 'above'} {at} beyond its 95 % CI"
+    from dltutor.ddp.rounds import why_undecided
+    return f"{INCONCLUSIVE} against {at} ({why_undecided(e - line, de, rounds)})"
+
+
 def scaling(table: list[dict]) -> list[str]:
-    """Sentences on `dltutor.ddp.scaling.scaling_table` rows (with `summarize`'s `rate_spread`)."""
+    """Sentences on scaling rows (`ddp.rounds.scaling_rows`, or `scaling.scaling_table` of single
+    launches): each efficiency against the ideal 1.0 and against 1 / scale (no gain from the added
+    ranks: the speedup is 1), decided when its 95 % CI excludes the line; weak against strong."""
     out, eff = [], {}
     for kind in ("weak", "strong"):
         group = sorted((r for r in table if r["scaling"] == kind), key=lambda r: r["world_size"])
@@ -63,23 +82,36 @@ def scaling(table: list[dict]) -> list[str]:
             continue
         base = group[0]
         for r in group[1:]:
-            e, de = r["efficiency"], _eff_spread(r, base)
+            e, de, n = r["efficiency"], _eff_spread(r, base), r.get("rounds", 1)
             eff.setdefault(kind, (e, de, r["world_size"]))
             w = r["world_size"] // base["world_size"]
+            how = (f"mean of {n} interleaved rounds, ± over rounds" if n >= 2 else
+                   "one launch each, ± from the per-step rates (not interleaved)")
             head = (f"{kind} scaling, {r['world_size']} ranks x b={r['per_rank_batch']} ({r['hardware']}): "
                     f"{fmt(r['global_img_per_s'], 'img/s')} vs {w} x {fmt(base['global_img_per_s'], 'img/s')} "
-                    f"of {base['world_size']} rank x b={base['per_rank_batch']}, efficiency {e:.2f} {_pm(de)}")
-            if not differs(e, 1.0, de):
+                    f"of {base['world_size']} rank x b={base['per_rank_batch']}, efficiency {e:.2f} {_pm(de)} "
+                    f"({how})")
+            if not ci.decided(de):
                 out.append(f"{head}: {INCONCLUSIVE} whether it falls short of the ideal 1.0 "
-                           + ("(one timed step gives no interval)." if de != de else "(its 95 % CI covers it)."))
-            else:
-                out.append(f"{head}: {'below' if e < 1 else 'above'} the ideal 1.0 beyond its 95 % CI; "
-                           f"{r['world_size']} ranks ran at {r['speedup']:.2f}x the throughput of "
-                           f"{base['world_size']} (ideal: {w}x).")
+                           "(one timed value gives no interval).")
+                continue
+            ideal, gain = _against(e, de, "the ideal", 1.0, n), _against(e, de, "the no-gain line", 1.0 / w, n)
+            gained = (f"{w} ranks were faster than {base['world_size']}" if gain.startswith("above") else
+                      f"{w} ranks were slower than {base['world_size']}" if gain.startswith("below") else
+                      f"the no-gain line is {w} ranks no faster than {base['world_size']}")
+            pooled = r["global_img_per_s"] / (w * base["global_img_per_s"])
+            mean_of = (f"; {e:.2f} is the mean of the per-round ratios, the ratio of the mean rates is "
+                       f"{pooled:.3f}" if n >= 2 else "")
+            out.append(f"{head}: {ideal}; {gain}: {gained}; "
+                       f"{r['world_size']} ranks ran at {r['speedup']:.2f}x the throughput of "
+                       f"{base['world_size']} (ideal: {w}x){mean_of}.")
     if "weak" in eff and "strong" in eff:
         (ew, dw, _), (es, ds, _) = eff["weak"], eff["strong"]
         out.append(compare("strong-scaling efficiency", es, "weak-scaling efficiency", ew,
-                           spread_a=ds, spread_b=dw))
+                           spread_a=ds, spread_b=dw) + " Both use the same 2-rank launches and differ only "
+                   "in their 1-rank baseline (b against 2b), so this compares the two baselines' "
+                   "throughputs, not two ways of running the ranks; the ± of each also depends on which "
+                   "set-up ran right before the 2-rank launch in each round.")
     return out
 
 
@@ -157,18 +189,36 @@ def lab_buckets_note() -> str:
             f"(torch {torch.__version__}). That default was not run here.")
 
 
-def buckets(rows: list[dict], default: str = bucket_label(LAB_BUCKET_MB)) -> list[str]:
-    """Which variant stepped fastest (or inconclusive), no overlap against the lab's buckets
-    (`default`, the lab's bucket_cap_mb=25), and what those buckets are (`lab_buckets_note`)."""
-    rows = sorted(rows, key=lambda r: r["step_time_ms"])
+def _why(a: dict, b: dict) -> str:
+    """Why two variants' step times are not told apart, from the numbers (`rounds.why_undecided`)."""
+    from dltutor.ddp.rounds import why_undecided
+    n = min(a.get("rounds", 1), b.get("rounds", 1))
+    return " Why: " + why_undecided(a["step_time_ms"] - b["step_time_ms"],
+                                    ci.combined(a["spread_ms"], b["spread_ms"]), n, " ms") + "."
+
+
+def one_bucket_note(rows: list[dict]) -> str | None:
+    """Which overlapping variants hold every gradient in one bucket (cap >= the model's fp32
+    gradients): like no overlap, their one all-reduce starts after backward, so set against no
+    overlap they can show no overlap effect."""
+    one = [r for r in rows if r.get("overlap", True) and r.get("params") and r.get("bucket_cap_mb")
+           and r["bucket_cap_mb"] >= 4 * r["params"] / 2 ** 20]
+    if not one:
+        return None
+    mib = 4 * one[0]["params"] / 2 ** 20
+    return (", ".join(r["label"] for r in one) + f" holds all {mib:.1f} MiB of fp32 gradients in one bucket: "
+            "like no overlap, its one all-reduce starts after backward, so that pair can show no overlap "
+            "effect; the pair that can is the smallest buckets against no overlap.")
+
+
+def _unpaired(rows: list[dict], by: dict, noov, default: str) -> list[str]:
+    """One launch per variant: the fastest against the next, no overlap against the lab's buckets."""
     best, second = rows[0], rows[1]
     gap = differs(best["step_time_ms"], second["step_time_ms"], best["spread_ms"], second["spread_ms"])
     lines = [(f"fastest step here: {best['label']}; " if gap else
               "no variant stepped fastest beyond the run's spread; the two fastest: ") + compare(
         best["label"], best["step_time_ms"], second["label"], second["step_time_ms"], unit="ms",
-        spread_a=best["spread_ms"], spread_b=second["spread_ms"])]
-    by = {r["label"]: r for r in rows}
-    noov = next((r for r in rows if r["label"].startswith("no overlap")), None)
+        spread_a=best["spread_ms"], spread_b=second["spread_ms"]) + ("" if gap else _why(best, second))]
     if noov and default in by:
         d = by[default]
         text = compare("no overlap", noov["step_time_ms"], default, d["step_time_ms"], unit="ms",
@@ -177,52 +227,42 @@ def buckets(rows: list[dict], default: str = bucket_label(LAB_BUCKET_MB)) -> lis
             text += (" Overlap paid off in this run." if noov["step_time_ms"] > d["step_time_ms"] else
                      " In this run no overlap was faster; on a CPU one likely reason is that the all-reduce "
                      "threads need the same cores as backward (the timeline below shows how much was hidden).")
+        else:
+            text += _why(noov, d)
         lines.append(text)
-    lines.append(f"({best['hardware']}; {min(r['timed_steps'] for r in rows)} timed steps per variant, "
-                 "± is the 95 % confidence interval of the mean step time of the slowest rank.)")
+    return lines
+
+
+def buckets(rows: list[dict], default: str = bucket_label(LAB_BUCKET_MB)) -> list[str]:
+    """Step times of the bucket variants. Over interleaved rounds (`rounds.step_rows`, `rounds` >= 2)
+    the verdict is each variant over no overlap (else the lab's buckets) paired within each round
+    (`rounds.paired`), the means over rounds only described; one launch each: the fastest against
+    the next and no overlap against the lab's buckets, ± over steps. Then which variants hold one
+    bucket (`one_bucket_note`) and what the lab's buckets are (`lab_buckets_note`)."""
+    from dltutor.ddp.rounds import paired
+    rows = sorted(rows, key=lambda r: r["step_time_ms"])
+    by = {r["label"]: r for r in rows}
+    noov = next((r for r in rows if r["label"].startswith("no overlap")), None)
+    n = min(r.get("rounds", 1) for r in rows)
+    ref = noov["label"] if noov else default
+    pair = paired(rows, ref) if n >= 2 else []
+    if pair:
+        lines = [f"Mean step time over {n} rounds (± over rounds: the load moved between rounds, so these "
+                 "describe, the paired line decides): " + ", ".join(
+                     f"{r['label']} {fmt(r['step_time_ms'], 'ms')} ± {fmt(r['spread_ms'], 'ms')}" for r in rows) + "."]
+        lines += pair
+    else:
+        lines = _unpaired(rows, by, noov, default)
+    note = one_bucket_note(rows)
+    lines += [note] if note else []
+    lines.append(f"({rows[0]['hardware']}; " + (
+        f"{n} interleaved rounds, each launching every variant once in rotated order; the verdict's unit "
+        "is the round.)" if n >= 2 else
+        f"one launch per variant, {min(r['timed_steps'] for r in rows)} timed steps each, not "
+        "interleaved; ± is the 95 % confidence interval of the mean step time of the slowest rank.)"))
     if default in by:
         lines.append(lab_buckets_note())
     return lines
 
 
-TERMS = ("t_iter_ms", "t_forward_ms", "t_backward_ms", "t_comm_ms", "t_overlap_ms", "t_other_ms")
-
-
-def overlap_table(rows: list[dict]) -> list[dict]:
-    """Per variant (`label`): the mean of each term over ranks x profiled steps, and the overlap
-    fraction with its 95 % CI over ranks x profiled steps (`core.spread.mean_ci`)."""
-    out = []
-    for label in dict.fromkeys(r["label"] for r in rows):
-        mine = [r for r in rows if r["label"] == label]
-        row = {"label": label, **{k: sum(r[k] for r in mine) / len(mine) for k in TERMS}}
-        fr = [r["overlap_fraction"] for r in mine]
-        row.update(overlap_fraction=sum(fr) / len(fr), fraction_spread=ci.mean_ci(fr),
-                   buckets=max(r["buckets"] for r in mine), samples=len(mine))
-        out.append(row)
-    return out
-
-
-def overlap(table: list[dict], no_overlap: str = "no overlap") -> list[str]:
-    """Sentences on `overlap_table`: each variant's fraction, the highest against the rest, the
-    no-overlap control against 0, and how much of the step the model's terms account for."""
-    lines = ["overlap fraction (T_overlap / T_comm, mean over ranks x profiled steps): " + ", ".join(
-        f"{r['label']} {r['overlap_fraction']:.2f} {_pm(r['fraction_spread'])} "
-        f"({r['buckets']} all-reduce{'s' if r['buckets'] != 1 else ''} per step)" for r in table) + "."]
-    ranked = sorted(table, key=lambda r: -r["overlap_fraction"])
-    top, rest = ranked[0], ranked[1:]
-    for r in rest:
-        a, b, sa, sb = top["overlap_fraction"], r["overlap_fraction"], top["fraction_spread"], r["fraction_spread"]
-        head = f"{top['label']} ({a:.2f} {_pm(sa)}) against {r['label']} ({b:.2f} {_pm(sb)})"
-        lines.append(f"{head}: {INCONCLUSIVE}, the spreads cover the gap." if not differs(a, b, sa, sb) else
-                     f"{head}: {top['label']} hid a larger share of its all-reduce behind backward (+{a - b:.2f}).")
-    ctrl = next((r for r in table if r["label"].startswith(no_overlap)), None)
-    if ctrl:
-        hidden = ctrl["overlap_fraction"] > 0.05
-        lines.append(f"control, {ctrl['label']}: overlap fraction {ctrl['overlap_fraction']:.2f}, "
-                     + ("above 0: some all-reduce ran during backward, which --no-overlap should prevent."
-                        if hidden else "0 as it must be: its one all-reduce starts after backward."))
-    cover = ", ".join(f"{r['label']} {(r['t_iter_ms'] - r['t_other_ms']) / r['t_iter_ms']:.0%} of "
-                      f"{r['t_iter_ms']:.0f} ms" for r in table if r["t_iter_ms"] > 0)
-    lines.append(f"T_forward + T_backward + T_comm - T_overlap accounts for {cover}; the rest "
-                 "(T_other) is the optimizer step, waiting for the other rank and gaps between ops.")
-    return lines
+from dltutor.ddp.overlap_findings import TERMS, contention, overlap, overlap_table  # noqa: E402,F401

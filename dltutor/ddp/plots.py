@@ -58,7 +58,8 @@ def plot_scaling(rows: list[dict], title: str = "Data-parallel scaling", data=No
                           capsize=4, color=colors[kind], label=f"{kind} scaling (± 95 % CI)")
             for r in group:
                 ax_e.annotate(f"{r['efficiency']:.2f}", (r["world_size"], r["efficiency"]),
-                              textcoords="offset points", xytext=(6, 4), color=colors[kind])
+                              textcoords="offset points", color=colors[kind],   # weak above, strong below
+                              xytext=(6, 6) if kind == "weak" else (6, -14))
     ax_e.axhline(1.0, color="grey", ls=":", label="ideal")
     ax_e.set(xlabel="ranks (processes)", ylabel="efficiency  P_W / (P_1 x W)",
              title="Scaling efficiency (1.0 = ideal)", ylim=(0, 1.25))
@@ -95,16 +96,24 @@ def plot_step_times(rows: list[dict], title: str = "Gradient buckets and overlap
     error bars: `dltutor.ddp.findings.step_row`, the slowest rank's mean); shorter is better."""
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.8))
+    paired = all("ratio_to_ref" in r for r in rows)   # `rounds.with_ratios`: the verdict's interval
+    key, err = ("ratio_to_ref", "ratio_spread") if paired else ("step_time_ms", "spread_ms")
     names = [r["label"] for r in rows][::-1]
-    values = [r["step_time_ms"] for r in rows][::-1]
-    spreads = [_err(r.get("spread_ms")) for r in rows][::-1]
+    values = [r[key] for r in rows][::-1]
+    spreads = [_err(r.get(err)) for r in rows][::-1]
     bars = ax.barh(names, values, xerr=spreads, capsize=4,
                    color=["tab:red" if "no overlap" in n else "tab:blue" for n in names])
     top = max(v + e for v, e in zip(values, spreads))
-    for bar, v in zip(bars, values):
-        ax.text(v + 0.01 * top, bar.get_y() + bar.get_height() / 2, f"{v:.1f} ms", va="center")
-    ax.set_xlim(0, top * 1.25)
-    ax.set(xlabel="step time of the slowest rank, mean ± 95 % CI (ms, lower is better)")
+    for bar, v, e in zip(bars, values, spreads):   # the label right of the whisker, never struck
+        ax.text(v + e + 0.01 * top, bar.get_y() + bar.get_height() / 2,
+                f"{v:.2f}x" if paired else f"{v:.1f} ms", va="center")
+    ax.set_xlim(0, top * 1.3)
+    if paired:
+        ax.axvline(1.0, color="grey", ls="--", lw=1)
+        ax.set(xlabel="step time over the reference's in the same round, mean ± 95 % CI over rounds "
+                      "(lower is faster)")
+    else:
+        ax.set(xlabel="step time of the slowest rank, mean ± 95 % CI (ms, lower is better)")
     ax.grid(axis="x", alpha=0.3)
     return _finish(fig, title, data, path)
 
