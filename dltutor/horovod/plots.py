@@ -137,12 +137,14 @@ def plot_timeline(spans: list[Span], title: str = "Horovod timeline", max_tensor
     if not spans:
         raise ValueError("the timeline has no complete phases (was HOROVOD_TIMELINE set, "
                          "and did the run finish?)")
-    t0 = min(s.start_us for s in spans)
+    t0, every = min(s.start_us for s in spans), len({s.tensor for s in spans})
     if window_ms is not None:  # the last window_ms of the run: the steady-state steps
         t_end = max(s.end_us for s in spans)
         spans = [s for s in spans if s.end_us >= t_end - window_ms * 1000]
         t0 = min(s.start_us for s in spans)
     order = list(dict.fromkeys(s.tensor for s in spans))[-max_tensors:]
+    title += (f"\n(the last {len(order)} of the trace's {every} tensors to start; x: ms since the first "
+              "span shown, spans that started earlier left out)")
     row = {t: i for i, t in enumerate(order)}
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 0.28 * len(order) + 1.6))
@@ -223,11 +225,14 @@ def plot_fusion(thresholds_bytes, step_times_s, title: str, ax=None, ddp_step_s=
 
 def dark_bar(points, lab_row: dict, key: str) -> str:
     """Which run a sweep panel's dark bar (the lab's value) is: the run above, reused by
-    `runs.sweep_setting` when the value is not in its list, or a new run with the same settings."""
+    `runs.sweep_setting` when the value is not in its list, the lab-setting launches of
+    `rounds.in_rounds`, or a new run with the same settings."""
     run = next((p[3] for p in points if p[0] == float(lab_row[key])), None)
     if run is None:
         return "not in this sweep"
-    return (f"the {lab_row['workers']}-worker run above" if run.endswith("(run above)")
+    if run.endswith("(run above)"):
+        return f"the {lab_row['workers']}-worker run above"
+    return ("the lab-setting launches of the rounds" if " launch" in run
             else "a new run, same settings as the run above")
 
 
@@ -255,8 +260,8 @@ def plot_setting_sweeps(fusion, cycle, lab_row: dict, ddp_row: dict | None, labe
               f"step time vs cycle time\n(dark: the lab's setting, {dark_bar(cycle, lab_row, 'cycle_time_ms')})",
               ax=axes[1], ddp_step_s=ddp_step,
               highlight=f"{lab_row['cycle_time_ms']:g} ms", spreads_s=[p[2] for p in cycle])
-    fig.suptitle(f"Horovod, {lab_row['workers']} workers, one run per bar (mean ± 95 % CI over its "
-                 f"iterations) -- {label}", fontsize=10)
+    fig.suptitle(f"Horovod, {lab_row['workers']} workers, each bar mean ± 95 % CI over its timed "
+                 f"iterations -- {label}", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -267,8 +272,8 @@ def plot_rows(rows: list[dict], key: str, ylabel: str, title: str, ax=None, refe
     import matplotlib.pyplot as plt
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.4))
-    labels = [r["run"] for r in rows] + [r["run"].replace(": ", "\n").replace(" (", "\n(")
-                                         for r in reference]
+    import textwrap
+    labels = [textwrap.fill(r["run"], 18) for r in list(rows) + list(reference)]  # no overprint
     values = [r[key] for r in rows] + [r[key] for r in reference]
     errs = [r.get(err, 0.0) if err else 0.0 for r in rows] + [0.0] * len(reference)
     bars = ax.bar(range(len(values)), values, yerr=[e if e == e else 0.0 for e in errs], capsize=4,

@@ -91,7 +91,8 @@ def row_from_result(engine: str, nproc: int, result, label: str | None = None) -
 def iteration_ci(metrics: list[dict]) -> dict:
     """The course's ± of a run: the 95 % CI of the mean total img/s over its timed iterations (the
     ranks' rates of iteration k summed; `core.spread.mean_ci`; nan below 2 iterations), and that
-    relative CI applied to the step time. The benchmark's own printed "+-" (`img_sec_conf`) is
+    relative CI applied to the step time; `iter_totals` keeps those sums (`rounds.pooled`
+    pools them over launches). The benchmark's own printed "+-" (`img_sec_conf`) is
     1.96 sigma of single iterations: how much one iteration varies, kept as the classic line."""
     from dltutor.core.spread import mean_ci
     iters = [m.get("img_sec") or [] for m in metrics]
@@ -100,16 +101,19 @@ def iteration_ci(metrics: list[dict]) -> dict:
     total_ci = mean_ci(totals)
     step_s = max(m["step_time_s"] for m in metrics)
     rel = total_ci / (sum(totals) / n) if n else float("nan")
-    return {"total_img_sec_ci": total_ci, "step_time_ci_s": step_s * rel}
+    return {"total_img_sec_ci": total_ci, "step_time_ci_s": step_s * rel, "iter_totals": totals}
 
 
 def run_benchmark(engine: str, nproc: int, args=(), env=None, timeout: float = 900.0,
                   echo: bool = True, label: str | None = None) -> dict:
     """Launch the `engine` lab on `nproc` local workers and return its row."""
+    import os
+
     from dltutor.launch.run import launch
+    load = os.getloadavg()[0]   # the machine's 1-minute load as the launch starts (shared cores)
     result = launch(lab_path(engine), nproc=nproc, args=list(args), backend=BACKEND[engine],
                     env=env, timeout=timeout, echo=echo)
-    return row_from_result(engine, nproc, result, label)
+    return {**row_from_result(engine, nproc, result, label), "load_1m": load}
 
 
 SETTING_KEYS = {"HOROVOD_FUSION_THRESHOLD": "fusion_threshold_bytes",
