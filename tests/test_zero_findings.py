@@ -92,12 +92,12 @@ def _row(config, measured, predicted, sps=None, spread=None, **kw):
 def test_ratio_findings_sort_each_config_by_its_own_ratio():
     rows = [_row("zero0", 102, 100), _row("zero3", 130, 100), _row("zero1", 70, 100)]
     text = " ".join(findings.ratio_findings(rows))
-    assert "within 1 ± 0.1: stage 0 (1.02)" in text
+    assert "within 10 % of the formula (a tolerance, not an interval: the counts are exact): stage 0 (1.02)" in text
     assert "above it (more held than the formula): stage 3 (1.30)" in text
     assert "below it (less held than the formula): stage 1 (0.70)" in text
     flipped = [_row("zero0", 140, 100), _row("zero3", 99, 100)]
     text = " ".join(findings.ratio_findings(flipped))
-    assert "within 1 ± 0.1: stage 3 (0.99)" in text and "above it" in text and "stage 0 (1.40)" in text
+    assert "the counts are exact): stage 3 (0.99)" in text and "above it" in text and "stage 0 (1.40)" in text
     assert "below it" not in text
 
 

@@ -9,6 +9,10 @@
                    process's `ulimit -l` (or one clear error before DeepSpeed starts)
   fsdp.py    PyTorch's own sharding (FSDP2, fully_shard) on the same BERT: run, bytes held, formula
   runs.py    from the kernel: launch the DeepSpeed and FSDP2 labs and turn their reports into rows
+  rows.py    one row from a rank's report: memory per rank, the formula, samples/s ± its 95 % CI
+  rounds.py  the stage sweep in rotated rounds: throughput per round, warm-up round left out,
+             the ratio to stage 0 paired within each round (geometric mean, 95 % CI)
+  speed.py   the speed verdicts: the paired ratio first, the unpaired means as an illustration
   plots.py   the memory stack per stage, predicted vs measured, samples/s, loss curves
   findings.py  the sentences of "what this run shows": fit on paper, budget, ratios, speed, FSDP2
   exercise_memory.py  exercise 04-memory: the student's model-state formula, checked on unseen

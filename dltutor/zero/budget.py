@@ -171,18 +171,33 @@ def is_out_of_memory(text: str) -> bool:
                           r"Cannot allocate memory|std::bad_alloc", str(text)))
 
 
+def release_host_memory() -> bool:
+    """Give freed heap back to the OS (glibc `malloc_trim`) and restart this process's RSS
+    high-water mark (VmHWM) from now (`/proc/self/clear_refs` "5"), so a sweep reports each
+    config's own peak. False where either is not available (not Linux/glibc)."""
+    import ctypes
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
 def reset_peak(device=None) -> int:
-    """Start a fresh GPU peak for the run about to begin; the bytes allocated now (0 on a CPU).
+    """Start a fresh peak for the run about to begin; the bytes allocated now (0 on a CPU, where
+    the RSS high-water mark restarts instead: `release_host_memory`).
 
     max_memory_allocated is a high-water mark for the whole process: a sweep of configs in one
     process would otherwise report the largest config's peak for every later one. The bytes held
     at this moment are reported beside the peak, so peak - start is this run's own."""
-    if device is None or not getattr(device, "type", str(device)).startswith("cuda"):
-        return 0
     import gc
-
-    import torch
     gc.collect()                                  # the previous config's engine, if unreferenced
+    if device is None or not getattr(device, "type", str(device)).startswith("cuda"):
+        release_host_memory()
+        return 0
+    import torch
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
     return torch.cuda.memory_allocated(device)

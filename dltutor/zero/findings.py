@@ -4,6 +4,7 @@
     budget_findings(oom, params, budget_mb)   # why the plain run died (its traceback frame)
     ratio_findings(rows)                      # measured / formula per stage (section 4's sweep)
     speed_findings(rows)                      # samples/s of each stage vs stage 0, with spreads
+    count_findings(rows)                      # memory is a count: the same in every round?
     fsdp_findings(fsdp_row, zero0_row, zero3_row)   # FSDP2's losses and bytes beside ZeRO's
 
 Each returns a list of sentences for `dltutor.core.findings.show`. A difference inside the run's
@@ -11,16 +12,15 @@ spread says "inconclusive here" (`dltutor.core.findings.INCONCLUSIVE`).
 """
 from __future__ import annotations
 
-import math
-
 import re
 from pathlib import Path
 
-from dltutor.core.findings import INCONCLUSIVE, compare, fmt
+from dltutor.core.findings import INCONCLUSIVE, fmt
 from dltutor.core.units import GiB, MiB
 from dltutor.zero import memory
+from dltutor.zero.speed import speed_findings, why_undecided  # noqa: F401 (re-exported)
 
-RATIO_TOLERANCE = 0.10   # measured / formula within 1 ± 0.10 counts as "near 1"
+RATIO_TOLERANCE = 0.10   # measured / formula within 10 % of 1 counts as "near 1" (a tolerance)
 LOSS_TOLERANCE = 1e-4    # relative: what float32 round-off in a different summation order allows
 _ACTIVATION_KEYS = ("s", "b", "h", "L", "a")
 
@@ -181,7 +181,8 @@ def ratio_findings(rows, tolerance: float = RATIO_TOLERANCE) -> list[str]:
             continue
         item = f"{r['label']} ({r['ratio']:.2f})"
         (near if abs(r["ratio"] - 1) <= tolerance else above if r["ratio"] > 1 else below).append(item)
-    out = [f"measured / formula within 1 ± {tolerance:g}: " + (", ".join(near) or "none") + "."]
+    out = [f"measured / formula within {100 * tolerance:g} % of the formula (a tolerance, not an "
+           f"interval: the counts are exact): " + (", ".join(near) or "none") + "."]
     if above:
         out.append("above it (more held than the formula): " + ", ".join(above) + ".")
     if below:
@@ -196,23 +197,21 @@ def ratio_findings(rows, tolerance: float = RATIO_TOLERANCE) -> list[str]:
     return out
 
 
-def speed_findings(rows, base: str = "zero0") -> list[str]:
-    """Samples/s of every config beside `base`'s, each ± the 95 % CI of its mean per-step rate; a
-    run without one (fewer than 2 steady steps: nan) decides nothing (`core.findings.compare`)."""
-    ref = next((r for r in rows if r["config"] == base), None)
-    if ref is None or not ref.get("samples_per_s"):
-        return [f"no {base} run with a speed in these rows: nothing to compare against."]
-    out = []
-    for r in rows:
-        if r is ref or not r.get("samples_per_s"):
-            continue
-        sa, sb = (math.nan if x.get("samples_per_s_spread") is None else x["samples_per_s_spread"]
-                  for x in (r, ref))
-        line = compare(r["label"], r["samples_per_s"], ref["label"], ref["samples_per_s"],
-                       unit="samples/s", spread_a=sa, spread_b=sb)
-        if math.isnan(sa) or math.isnan(sb):
-            line += " (Fewer than 2 steady timed steps in one of the runs.)"
-        out.append(line)
+def count_findings(rows) -> list[str]:
+    """Memory is a count (bytes of the tensors a rank holds), not a timing: no interval; where the
+    sweep ran in rounds, whether each config's count was the same in every round."""
+    many = [r for r in rows if len(r.get("measured_rounds") or []) > 1]
+    if not many:
+        return ["The memory columns are counts of the bytes of the tensors rank 0 held, not timings: "
+                "they carry no interval (one round here, so no repeat to check them against)."]
+    same = [r["label"] for r in many if max(r["measured_rounds"]) - min(r["measured_rounds"]) < 1e-6]
+    moved = [f"{r['label']} ({min(r['measured_rounds']):.1f}-{max(r['measured_rounds']):.1f} MiB)"
+             for r in many if r["label"] not in same]
+    out = [f"The memory columns are counts of the bytes of the tensors rank 0 held, not timings: "
+           f"no interval needed. Same count in all {len(many[0]['measured_rounds'])} rounds: "
+           + (", ".join(same) or "none") + "."]
+    if moved:
+        out.append("Counts that changed between rounds: " + ", ".join(moved) + ".")
     return out
 
 
@@ -236,5 +235,5 @@ def fsdp_findings(fsdp_row: dict, zero0: dict, zero3: dict | None = None,
     return out
 
 
-__all__ = ["INCONCLUSIVE", "PHASES", "budget_findings", "died_in", "fit_findings", "fsdp_findings",
-           "ratio_findings", "speed_findings", "stage_fit"]
+__all__ = ["INCONCLUSIVE", "PHASES", "budget_findings", "count_findings", "died_in", "fit_findings",
+           "fsdp_findings", "ratio_findings", "speed_findings", "stage_fit", "why_undecided"]

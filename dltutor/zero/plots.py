@@ -26,7 +26,7 @@ def _finish(fig, path):
 
 
 def plot_memory_stack(estimates, device_bytes=None, title: str = "Memory per device",
-                      unit: float = GiB, unit_name: str = "GB (2^30 bytes)",
+                      unit: float = GiB, unit_name: str = "GiB",
                       device_label: str = "device capacity", on_paper: bool = True, path=None):
     """Stacked bars of M_m / M_g / M_o / M_a per ZeRO stage, a line at `device_bytes`.
 
@@ -83,10 +83,11 @@ def plot_predicted_vs_measured(rows, title: str = "Model-state memory per rank",
     top = max([r["predicted"] for r in rows] + bottom + [budget_mib or 1])
     if budget_mib:
         ax.axhline(budget_mib, color="red", ls="--", lw=1.5,
-                   label=f"budget: {budget_mib:g} MiB per process (all it allocates)")
+                   label=f"budget: {budget_mib:g} MiB per process (everything it allocates "
+                         f"after start-up, not model states alone)")
     for i, r in enumerate(rows):
         if r.get("ratio"):
-            ax.text(i, max(r["predicted"], bottom[i]) + 0.02 * top, f"{r['ratio']:.2f}x",
+            ax.text(i, max(r["predicted"], bottom[i]) + 0.02 * top, ratio_label(r),
                     ha="center", fontsize=9)
     ax.set_xticks(x, [f"{r['label']}\n{r['ranks']} rank{'s' * (r['ranks'] > 1)}" for r in rows],
                   fontsize=8)
@@ -98,24 +99,48 @@ def plot_predicted_vs_measured(rows, title: str = "Model-state memory per rank",
     return _finish(fig, path)
 
 
+def ratio_label(row: dict) -> str:
+    """The text over a config's bars: measured / formula; with NVMe offload the formula is the
+    no-offload one, so the ratio is the share of it still held in RAM, and the label says so."""
+    if row.get("offload") == "nvme":
+        return f"in RAM: {row['ratio']:.2f}\nof formula"
+    return f"measured /\nformula {row['ratio']:.2f}"
+
+
 def plot_samples_per_s(rows, title: str = "Training speed", path=None):
-    """Bars of samples/s per config (mean of the steady steps, error bar its 95 % CI; none where a
-    run has no interval) with the ratio to stage 0 written beside each bar."""
+    """With rounds: each config's speed / stage 0's, paired within each round (geometric mean,
+    error bar its 95 % interval: the interval the verdict uses; `runs.with_speed_ratio`), a line
+    at 1. With one round: samples/s per config (mean of the steady steps ± 95 % CI)."""
     import matplotlib.pyplot as plt
+    paired = [r for r in rows if r.get("speed_ci95")]
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.6))
     names = [f"{r['label']} ({r['ranks']} rank{'s' * (r['ranks'] > 1)})" for r in rows][::-1]
-    vals = [r.get("samples_per_s") or 0 for r in rows][::-1]
-    errs = [r.get("samples_per_s_spread") for r in rows][::-1]
-    errs = [e if e is not None and e == e else 0.0 for e in errs]
-    bars = ax.barh(names, vals, xerr=errs, capsize=4, color="tab:purple")
-    top = max([v + e for v, e in zip(vals, errs)] + [1e-9])
-    for bar, r, e in zip(bars, rows[::-1], errs):
-        rel = r.get("speed_vs_stage0")
-        text = f"{bar.get_width():.2f}" + (f"  ({rel:.2f}x stage 0)" if rel else "")
+    if paired:
+        vals = [r.get("speed_vs_stage0") or 0 for r in rows][::-1]
+        lo = [v - r["speed_ci95"][0] if r.get("speed_ci95") else 0 for v, r in zip(vals, rows[::-1])]
+        hi = [r["speed_ci95"][1] - v if r.get("speed_ci95") else 0 for v, r in zip(vals, rows[::-1])]
+        bars = ax.barh(names, vals, xerr=[lo, hi], capsize=4, color="tab:purple")
+        ax.axvline(1.0, color="black", lw=1, ls="--")
+        top = max([v + e for v, e in zip(vals, hi)] + [1.0])
+        texts = [f"{v:.3f}" + (f" ({r['speed_ci95'][0]:.3f}-{r['speed_ci95'][1]:.3f})"
+                                 if r.get("speed_ci95") else " (the reference)")
+                 for v, r in zip(vals, rows[::-1])]
+        errs = hi
+        ax.set_xlabel("samples/s / stage 0's, paired within each round: geometric mean, "
+                      "95 % CI over the rounds")
+    else:
+        vals = [r.get("samples_per_s") or 0 for r in rows][::-1]
+        errs = [r.get("samples_per_s_spread") for r in rows][::-1]
+        errs = [e if e is not None and e == e else 0.0 for e in errs]
+        bars = ax.barh(names, vals, xerr=errs, capsize=4, color="tab:purple")
+        top = max([v + e for v, e in zip(vals, errs)] + [1e-9])
+        texts = [f"{v:.2f}" + (f"  ({r['speed_vs_stage0']:.2f}x stage 0, ratio of means)"
+                               if r.get("speed_vs_stage0") else "") for v, r in zip(vals, rows[::-1])]
+        ax.set_xlabel("samples/s, all ranks together, mean ± 95 % CI (higher is better)")
+    for bar, text, e in zip(bars, texts, errs):
         ax.text(bar.get_width() + e + 0.01 * top, bar.get_y() + bar.get_height() / 2, text,
                 va="center", fontsize=9)
-    ax.set_xlim(0, top * 1.5)
-    ax.set_xlabel("samples/s, all ranks together, mean ± 95 % CI (higher is better)")
+    ax.set_xlim(0, top * 1.6)
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(f"{title} {labels()}", fontsize=10)
     return _finish(fig, path)

@@ -12,27 +12,27 @@ Memory in a row is per rank (rank 0), in MiB: `params_MiB` / `grads_MiB` / `opti
 high-water mark; `samples_per_s` the mean of the per-step rates of the steady timed steps (the
 first timed step, which also runs the memory meter, left out: METER_STEPS) and
 `samples_per_s_spread` its 95 % confidence interval (`core.spread.rate_ci`; nan below 2 steps);
-`samples_per_s_lab` the rate the lab printed (all timed steps, meter step included).
+`samples_per_s_lab` the rate the lab printed (all timed steps, meter step included); rows are made
+in dltutor.zero.rows, and `sweep` with `rounds` > 1 takes the speed over its rotated rounds
+(dltutor.zero.rounds).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 from pathlib import Path
 
 from dltutor.core import course
-from dltutor.core.spread import rate_ci
 from dltutor.core.units import MiB
 from dltutor.zero import bert_lab, swap_buffers
+from dltutor.zero.rows import LABELS, METER_STEPS, rate_spread, row_of  # noqa: F401 (re-exported)
+from dltutor.zero.rounds import paired_ratio, rows_over_rounds
 from dltutor.core.engines import clear_stale_deepspeed_shm, engine_env
 from dltutor.launch.results import LaunchError
 from dltutor.launch.run import launch
 from dltutor.zero.budget import is_out_of_memory
-
-LABELS = {"zero0": "stage 0", "zero1": "stage 1", "zero2": "stage 2", "zero3": "stage 3",
-          "zero3_offload_cpu": "stage 3 + CPU offload", "zero3_offload_nvme": "stage 3 + NVMe",
-          "plain": "plain PyTorch", "fsdp2": "FSDP2 (fully_shard)"}
 
 
 def size_flags(sizes: dict) -> list[str]:
@@ -41,38 +41,6 @@ def size_flags(sizes: dict) -> list[str]:
     for key, value in sizes.items():
         out += [f"--{key}", str(value)]
     return out
-
-
-def row_of(m: dict, config: str, nproc: int) -> dict:
-    """One table row from a rank's DLTUTOR_METRICS dict."""
-    held = m.get("model_state_bytes") or {}
-    pred = m.get("predicted") or {}
-    row = dict(config=config, label=LABELS.get(config, config), ranks=nproc,
-               stage=m.get("stage"), offload=m.get("offload"), params=m.get("params"),
-               dtype=m.get("dtype"),
-               **{f"{k}_MiB": held.get(k, 0) / MiB for k in ("params", "grads", "optimizer")})
-    row["measured"] = held.get("total", 0) / MiB
-    row["predicted"] = pred.get("model_states", 0) / MiB
-    row["ratio"] = row["measured"] / row["predicted"] if row["predicted"] else None
-    row["samples_per_s_lab"] = m.get("samples_per_s")
-    row["samples_per_s"], row["samples_per_s_spread"] = rate_spread(m.get("samples_per_s"), m.get("step_s"))
-    row["peak_rss"] = (m.get("VmHWM") or m.get("peak_rss") or 0) / MiB
-    row["losses"] = m.get("losses")
-    row["budget_MiB"] = (m.get("budget_bytes") or 0) / MiB or None
-    return row
-
-
-METER_STEPS = 1   # the labs' first timed step (--measure_iter 1) also runs the memory meter
-
-
-def rate_spread(samples_per_s, step_s, warmup: int = METER_STEPS) -> tuple[float | None, float]:
-    """(mean samples/s, its 95 % CI) over the per-step rates (each timed step alone) after the
-    first `warmup` timed steps; (the lab's rate, nan) when no per-step times came back, nan ± where
-    fewer than 2 steady steps are left (one value has no interval)."""
-    if not samples_per_s or not step_s or len(step_s) <= warmup:
-        return samples_per_s, math.nan
-    per_step = samples_per_s * sum(step_s) / len(step_s)      # samples in one step
-    return rate_ci([per_step / t for t in step_s if t > 0], warmup=warmup)
 
 
 def _args(config: str, sizes: dict, budget_mb=None, nvme_dir=None) -> list[str]:
@@ -116,14 +84,16 @@ def run_fsdp2(nproc: int, sizes: dict, timeout: float = 900, log_dir=None, env=N
     return row_of(res.metrics[0], "fsdp2", nproc), res
 
 
-def sweep(configs, nproc: int, sizes: dict, timeout: float = 900, log_dir=None, env=None):
-    """All `configs` in ONE launch of sweep_zero.py (no budget); (rows in order, result)."""
-    args = ["--configs", ",".join(configs)] + size_flags(sizes)
+def sweep(configs, nproc: int, sizes: dict, rounds: int = 1, timeout: float = 900, log_dir=None,
+          env=None):
+    """All `configs` in ONE launch of sweep_zero.py (no budget), each `rounds` times in rotated
+    order; (rows in order, result). Speeds over the rounds: dltutor.zero.rounds. `timeout` is per
+    round (a loaded machine slows every round alike)."""
+    args = ["--configs", ",".join(configs), "--rounds", str(rounds)] + size_flags(sizes)
     res = launch(str(course.lab("04_deepspeed/sweep_zero.py")), nproc=nproc, args=args,
                  env=_ds_env(env),
-                 echo=False, timeout=timeout, log_dir=log_dir)
-    by = {m["config"]: m for m in res.metrics if m.get("rank", 0) == 0}
-    return [row_of(by[c], c, nproc) for c in configs if c in by], res
+                 echo=False, timeout=timeout * max(1, rounds), log_dir=log_dir)
+    return rows_over_rounds(res.metrics, configs, nproc), res
 
 
 def _log_text(result) -> str:
@@ -181,11 +151,19 @@ def deepspeed_log_table(result, rank: int = 0) -> list[dict]:
 
 
 def with_speed_ratio(rows: list[dict], base: str = "zero0") -> list[dict]:
-    """Add `speed_vs_stage0` and `memory_vs_stage0` (ratios to the `base` config's row)."""
+    """Add `speed_vs_stage0` and `memory_vs_stage0` (ratios to the `base` config's row). With
+    rounds the speed ratio is the one the verdict uses, paired within each round
+    (`rounds.paired_ratio`: geometric mean) and `speed_ci95` its 95 % interval; with one round
+    the ratio of the two means (no interval)."""
     ref = next((r for r in rows if r["config"] == base), None)
     for r in rows:
-        r["speed_vs_stage0"] = (r["samples_per_s"] / ref["samples_per_s"]
-                                if ref and r["samples_per_s"] and ref["samples_per_s"] else None)
+        paired = paired_ratio(r, ref) if ref and r is not ref else None
+        if paired:
+            r["speed_vs_stage0"], r["speed_ci95"] = paired["ratio"], (paired["lo"], paired["hi"])
+        else:
+            r["speed_vs_stage0"] = (r["samples_per_s"] / ref["samples_per_s"]
+                                    if ref and r["samples_per_s"] and ref["samples_per_s"] else None)
+            r["speed_ci95"] = None
         r["memory_vs_stage0"] = r["measured"] / ref["measured"] if ref and ref["measured"] else None
     return rows
 
@@ -262,3 +240,36 @@ def nvme_summary(row: dict, result, sizes: dict, config: str = "zero3_offload_nv
             f"(DeepSpeed's fp32 partition is 4 p = {4 * sum(parts) / MiB:.0f} MiB of it); optimizer "
             f"{row['optimizer_MiB']:.0f} MiB.",
             adam]
+
+
+def speed_table(rows: list[dict]) -> list[dict]:
+    """The rows for section 4's table: `speed_ci95` as text ("lo-hi", the interval the verdict
+    uses; "" for the reference or without rounds)."""
+    return [dict(r, speed_ci95=f"{r['speed_ci95'][0]:.3f}-{r['speed_ci95'][1]:.3f}"
+                 if r.get("speed_ci95") else "") for r in rows]
+
+
+def swap_medium(path) -> str:
+    """Where the swap files went: the file system and device that hold `path` (/proc/mounts,
+    longest mount point above it), and what that means for the timing."""
+    path, best = str(Path(path).resolve()), ("?", "?", "/")
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/mounts").read_text().splitlines():
+            dev, mnt, fs = line.split()[:3]
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[2]):
+                best = (dev, fs, mnt)
+    return (f"swap folder on {best[1]} ({best[0]}, mounted at {best[2]}): the files go through the "
+            f"page cache, so with free RAM they need never reach that device during the run; this "
+            f"shows the mechanism, not the I/O cost of a real out-of-core run.")
+
+
+def deepspeed_log_note(ds_log: list[dict], row: dict) -> str:
+    """DeepSpeed's RunningAvgSamplesPerSec beside the lab's own samples/s of the same run."""
+    rates = [r["RunningAvgSamplesPerSec"] for r in ds_log if r.get("RunningAvgSamplesPerSec")]
+    lab = row.get("samples_per_s_lab")
+    if not rates or not lab:
+        return "No rate to set beside the lab's: DeepSpeed logged none here or the lab timed none."
+    return (f"MemAllocated in GiB of process RSS (CPU accelerator). DeepSpeed's "
+            f"RunningAvgSamplesPerSec {min(rates):.2f}-{max(rates):.2f} vs the lab's "
+            f"{lab:.2f} samples/s for the same run: DeepSpeed's timer covers its own window of "
+            f"each step (and starts after its own first steps), the lab times whole steps.")

@@ -135,7 +135,7 @@ def run(args, cfg, ctx) -> dict:
                samples_per_s=timed * args.batch_size * ctx.world_size / elapsed if timed
                else None, step_s=step_s, model_state_bytes=meter.peak, predicted=est.as_dict(),
                allocated_at_start=at_start, **memory.peak_memory_bytes(engine.device))
-    engine.destroy() if hasattr(engine, "destroy") else None
+    bert_lab.release_engine(engine)      # DeepSpeed: destroy it and drop it from its module stack
     return out
 
 
