@@ -46,49 +46,85 @@ def test_rows_put_the_cost_model_beside_the_measurement():
         assert by[("ring", w)]["model_ms"] == pytest.approx(1e3 * ring)
         assert by[("ps", w)]["bytes_sent_by_busiest_rank"] == w * d       # the server: W·D out (and in)
         assert by[("ring", w)]["bytes_sent_by_busiest_rank"] == pytest.approx(2 * (w - 1) / w * d)
-        assert by[("ps", w)]["measured_ms"] == pytest.approx(2.0)               # the mean of the passes
-        assert by[("ps", w)]["spread_ms"] == pytest.approx(1e3 * spread.mean_ci([1e-3, 3e-3, 2e-3]))  # not half of 1..3
+        assert by[("ps", w)]["fastest_ms"] == pytest.approx(1.0)        # each statistic named
+        assert by[("ps", w)]["median_ms"] == pytest.approx(2.0)
+        assert by[("ps", w)]["slowest_ms"] == pytest.approx(3.0)
+        assert by[("ps", w)]["times_ms"] == pytest.approx([1.0, 3.0, 2.0])   # pass order kept: pairs
     text = PS.table(PS.rows(summary))
     assert "α-β model ms" in text and "16,000" in text      # the server's W·D at W = 4, D = 4000 B
+    assert "fastest of 3 passes" in text and "± (95 % CI)" not in text
 
 
-def _table(ps, ring, spread=0.05):
-    return [{"workers": w, "form": f, "measured_ms": y, "spread_ms": spread, "model_ms": m}
-            for w, a, b, m in zip((2, 3, 4), ps, ring, (1.0, 1.5, 2.0))
-            for f, y in (("ps", a), ("ring", b))]
+LOAD = (1.0, 3.0, 1.5, 6.0, 1.2)   # how slow each pass was for everything (a shared machine)
+
+
+def _table(ps, ring, noise=0.0):
+    """Rows with 5 passes: each pass scales every time by LOAD; `noise` shuffles ring against ps."""
+    out = []
+    for w, a, b, m in zip((2, 3, 4), ps, ring, (1.0, 1.5, 2.0)):
+        for f, y in (("ps", a), ("ring", b)):
+            jitter = [1 + noise * (1 if (k + (f == "ring") + w // 2) % 2 else -1) for k in range(len(LOAD))]
+            times = [y * l * j for l, j in zip(LOAD, jitter)]
+            out.append({"workers": w, "form": f, "times_ms": times, "median_ms": sorted(times)[2],
+                        "model_ms": m})
+    return out
 
 
 def test_ps_findings_parameter_server_grows_faster():
     lines = PS.findings(_table(ps=[1.0, 2.0, 4.0], ring=[1.0, 1.1, 1.2]))
-    assert "parameter server, time per step rises as W grows" in lines[0]
-    assert "the parameter server's grew more" in lines[-1] and F.INCONCLUSIVE not in lines[-1]
-    assert "grew by +3 ms (model: +1 ms)" in lines[-1] and "ring's by +0.2 ms" in lines[-1]
-    assert "W=4: parameter server 4 ms vs ring 1.2 ms" in lines[3]
+    assert lines[0].startswith("parameter server, time per step from W=2 to W=4") and "rose x4.00" in lines[0]
+    assert "the parameter server grew by the larger factor" in lines[-1] and F.INCONCLUSIVE not in lines[-1]
+    assert "At W=4: parameter server is 3.33x ring" in lines[3]
 
 
 def test_ps_findings_ring_grows_faster():
     lines = PS.findings(_table(ps=[2.0, 2.1, 2.2], ring=[1.0, 2.0, 3.0]))
-    assert "the ring's grew more" in lines[-1]
-    assert "ring all-reduce (dist.all_reduce), time per step rises" in lines[1]
+    assert "the ring grew by the larger factor" in lines[-1]
+    assert lines[1].startswith("ring all-reduce (dist.all_reduce), time per step from W=2 to W=4")
+    assert "rose x3.00" in lines[1]
 
 
 def test_ps_findings_give_the_ratio_beside_the_model_and_why_shared_cores_decide_nothing():
     """Issue #42 (05 c31/32): the model's PS/ring ratio beside the run's, and, when the ranks shared
-    fewer cores than processes, that the run cannot test the model, with the cores it saw."""
+    fewer cores than processes, that the run cannot test the model, naming every W of the launch."""
     table = [{**r, "processes": 5, "cores": 2} for r in _table(ps=[2.0, 3.0, 2.8], ring=[1.0, 1.5, 2.0])]
     lines = PS.findings(table)
-    assert ("parameter server / ring: measured 2.00x at W=2 and 1.40x at W=4; the α-β model "
-            "(ping-pong fit) predicts 1.00x and 1.00x.") in lines
-    assert lines[-1].startswith("This run cannot test how the model grows with W: at W=4 its 5 processes "
-                                "(1 server + 4 workers) shared the 2 CPU core(s) the ranks saw")
+    assert "At W=2: parameter server is 2.00x ring" in lines[2]
+    assert "the α-β model (ping-pong fit) predicts 1.00x, the model's value lies below the measured interval" in lines[2]
+    assert lines[-1].startswith("This run cannot test how the model grows with W: every W (2, 3, 4) ran "
+                                "inside one launch of 5 processes")
     roomy = PS.findings([{**r, "processes": 5, "cores": 8} for r in table])
     assert not any("cannot test" in s for s in roomy) and len(roomy) == len(lines) - 1
 
 
-def test_ps_findings_inconclusive_inside_the_spread():
-    lines = PS.findings(_table(ps=[1.0, 1.05, 1.1], ring=[1.0, 1.02, 1.05], spread=0.5))
-    assert F.INCONCLUSIVE in lines[-1] and "grew more" not in lines[-1]
-    assert F.INCONCLUSIVE in lines[2] and F.INCONCLUSIVE in lines[3]      # each W: inside the spread
+def test_ps_findings_inconclusive_when_the_passes_disagree():
+    """Issue #42 (05 c32): say WHICH difference is undecided: the growths' ratio, per pass."""
+    lines = PS.findings(_table(ps=[1.0, 1.05, 1.1], ring=[1.0, 1.02, 1.05], noise=0.4))
+    assert F.INCONCLUSIVE in lines[-1] and "which form grows faster is not decided" in lines[-1]
+    assert F.INCONCLUSIVE in lines[2] and F.INCONCLUSIVE in lines[3]      # each W: the pairs disagree
+
+
+def test_the_launchs_ping_pong_alpha_is_set_beside_the_two_rank_one():
+    from dltutor.allreduce import ps_findings
+    line = ps_findings.alpha_line({"alpha_s": 608e-6, "world_size": 5, "cores": 2}, 36.9e-6)
+    assert "608 µs" in line and "5 processes on 2 core(s)" in line and "36.9 µs: 16.48x" in line
+    # second read, item 12: α 1x alone hid a 1.6x difference in β
+    line = ps_findings.alpha_line({"alpha_s": 50e-6, "beta_s_per_byte": 1 / 3.74e9, "world_size": 5,
+                                   "cores": 2}, 49.1e-6, 1 / 2.37e9)
+    assert "1/β = 3.74 GB/s against section 3's 2.37 GB/s: 1.58x" in line
+
+
+def test_section_8a_says_how_disturbed_it_was_and_whether_its_fit_describes_its_points():
+    from dltutor.allreduce import ps_findings
+    res = [{"form": f, "workers": 2, "time_s": 1.0, "times_s": ts, "time_range_s": [min(ts), max(ts)]}
+           for f, ts in (("ps", [1.0, 1.95, 1.0, 2.5]), ("ring", [1.0, 2.0, 1.1, 2.4]))]
+    s = {"world_size": 3, "results": res, "alpha_s": 1e-4, "beta_s_per_byte": 1e-9}
+    lines = ps_findings.fit_lines(s)
+    assert "Passes 2, 4 of 4 were disturbed" in lines[0] and "did not record its ping-pong" in lines[1]
+    s["pingpong"] = [{"bytes": 1000, "time_s": 3.3e-4}, {"bytes": 10**6, "time_s": 1.1e-3}]
+    assert "up to 3.3x (at 1,000 bytes): beyond the 1.5x rule" in ps_findings.fit_lines(s)[1]
+    s["pingpong"] = [{"bytes": 1000, "time_s": 1.0e-4}, {"bytes": 10**6, "time_s": 1.1e-3}]
+    assert "within the 1.5x rule" in ps_findings.fit_lines(s)[1]
 
 
 # ---------------------------------------------------------------- staleness, simulated
@@ -128,40 +164,49 @@ def test_more_staleness_is_worse_on_a_deterministic_quadratic():
     assert losses[0] < losses[1] < losses[2], losses
 
 
-def test_final_rows_spread_is_the_ci_over_seeds_with_the_sampling_width():
-    curves = [{"tau": t, "seed": s, "updates": [0, 10], "test_acc": [0.1, a], "test_loss": [2.3, 1.0]}
-              for t, s, a in ((0, 0, 0.80), (0, 1, 0.90), (4, 0, 0.50), (4, 1, 0.51))]
+def _curves(accs_by_tau_seed):
+    return [{"tau": t, "seed": sd, "updates": [0, 10], "test_acc": [0.1, a], "test_loss": [2.3, 1.0]}
+            for (t, sd), a in accs_by_tau_seed.items()]
+
+
+def test_final_rows_pair_the_gap_to_sync_by_seed():
+    """Issue #42 (05 c35): every tau of a seed shares weights, batches and test set: the gap to
+    tau = 0 is paired by seed, and the test set's sampling width is not added to it."""
+    curves = _curves({(0, 0): 0.80, (0, 1): 0.90, (4, 0): 0.78, (4, 1): 0.88})
     rows = A.final_rows({"curves": curves, "n_test": 1000})
-    assert rows[0]["test_acc"] == pytest.approx(0.85)
-    assert rows[0]["spread"] == pytest.approx(spread.combined(spread.mean_ci([0.8, 0.9]),    # not half the range
-                                                              F.accuracy_halfwidth(0.85, 1000)))
-    assert rows[1]["spread"] == pytest.approx(spread.combined(spread.mean_ci([0.5, 0.51]),
-                                                              F.accuracy_halfwidth(0.505, 1000)))
+    assert rows[0]["test_acc"] == pytest.approx(0.85) and rows[1]["accs"] == pytest.approx([0.78, 0.88])
+    assert rows[1]["gap"] == pytest.approx(-0.02) and rows[1]["gap_ci"] == pytest.approx(0.0, abs=1e-12)
+    lines = A.findings(rows)
+    # the seeds differ by 10 points, but each seed loses 2: decided when paired
+    assert "tau=4: test accuracy 83.0% vs sync 85.0%: 2.0 points below sync" in lines[1]
+    assert "tau 0 -> 4: 2.0 points lower" in lines[-1]
     one = A.final_rows({"curves": [c for c in curves if c["seed"] == 0], "n_test": 1000})
-    assert all(math.isnan(r["spread"]) for r in one)                       # one seed: no interval
+    assert math.isnan(one[1]["gap_ci"])                        # one seed: no interval
     assert F.INCONCLUSIVE in A.findings(one)[1] and "one seed gives no interval" in A.findings(one)[1]
     assert "final test accuracy" in A.table(rows) and "0.850" in A.table(rows)
 
 
-def _rows(accs, spread=0.01):
-    return [{"tau": t, "test_acc": a, "spread": spread, "test_loss": 1.0, "seeds": 1}
-            for t, a in zip((0, 2, 8, 32), accs)]
+def _rows(per_tau):
+    """per_tau: one list of per-seed accuracies for each tau of (0, 2, 8, 32)."""
+    curves = _curves({(t, sd): a for t, accs in zip((0, 2, 8, 32), per_tau) for sd, a in enumerate(accs)})
+    return A.final_rows({"curves": curves, "n_test": 1000})
 
 
 def test_async_findings_sync_wins():
-    lines = A.findings(_rows([0.80, 0.78, 0.70, 0.40]))
-    assert A.SIMULATED in lines[0] and "1 seed;" in lines[0]
-    assert "tau=32: test accuracy 40.0% vs sync 80.0%: 40.0 points below sync." == lines[3]
-    assert "falls as tau grows" in lines[-1]
+    lines = A.findings(_rows([[0.80, 0.82, 0.81], [0.78, 0.80, 0.79], [0.70, 0.72, 0.71], [0.40, 0.42, 0.41]]))
+    assert A.SIMULATED in lines[0] and "3 seeds;" in lines[0]
+    assert lines[3].startswith("tau=32: test accuracy 41.0% vs sync 81.0%: 40.0 points below sync")
+    assert "tau 8 -> 32: 30.0 points lower" in lines[-1]
 
 
 def test_async_findings_stale_wins():
-    lines = A.findings(_rows([0.60, 0.65, 0.70, 0.75]))
-    assert "15.0 points above sync" in lines[3] and "rises as tau grows" in lines[-1]
+    lines = A.findings(_rows([[0.60, 0.62], [0.65, 0.67], [0.70, 0.72], [0.75, 0.77]]))
+    assert "15.0 points above sync" in lines[3] and "tau 8 -> 32: 5.0 points higher" in lines[-1]
 
 
-def test_async_findings_inconclusive_inside_the_spread():
-    lines = A.findings(_rows([0.80, 0.79, 0.81, 0.795], spread=0.03))
+def test_async_findings_inconclusive_when_seeds_disagree():
+    """A step where the seeds go opposite ways is undecided (the read's tau 0 -> 2)."""
+    lines = A.findings(_rows([[0.80, 0.82, 0.81], [0.79, 0.83, 0.80], [0.82, 0.78, 0.81], [0.80, 0.81, 0.83]]))
     assert all(F.INCONCLUSIVE in s for s in lines[1:])
     assert not any("below sync" in s or "above sync" in s for s in lines)
 
@@ -169,10 +214,13 @@ def test_async_findings_inconclusive_inside_the_spread():
 def test_plots_carry_the_honest_labels():
     import matplotlib
     matplotlib.use("Agg")
-    table = [{**r, "gradient_bytes": 4096, "processes": 5, "cores": 2}
-             for r in _table(ps=[1.0, 2.0, 4.0], ring=[1.0, 1.1, 1.2])]
-    title = PS.plot(table).axes[0].get_title()
+    table = [{**r, "gradient_bytes": 4096, "processes": 5, "cores": 2, "fastest_ms": min(r["times_ms"]),
+              "slowest_ms": max(r["times_ms"])} for r in _table(ps=[1.0, 2.0, 4.0], ring=[1.0, 1.1, 1.2])]
+    fig = PS.plot(table)
+    title = fig.axes[0].get_title()
     assert "5 processes on 2 cores" in title and "CPU/gloo" in title
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert any("median of passes; bar: fastest..slowest" in x for x in labels), labels
     curves = [{"tau": t, "seed": 0, "updates": [0, 10], "test_acc": [0.1, 0.5], "test_loss": [2.3, 1.0]}
               for t in (0, 8)]
     title = A.plot({"curves": curves, "data": "Fashion-MNIST", "batch": 8, "lr": 0.1,
@@ -189,17 +237,9 @@ def test_load_gives_fashion_mnist_as_784_features():
     assert set(y.tolist()) <= set(range(10)) and len(yt) == 20
 
 
-def test_growth_with_w_combines_the_two_intervals_in_quadrature_not_by_sum():
-    # growth 0.5 ms vs 0.2 ms; each growth's ± is two row intervals (±0.11) in quadrature (0.156);
-    # summed (0.22 each) the gap 0.3 would fall inside them
-    lines = PS.findings(_table(ps=[1.0, 1.2, 1.5], ring=[1.0, 1.1, 1.2], spread=0.11))
-    assert "the parameter server's grew more" in lines[-1], lines[-1]
-
-
-def test_one_pass_gives_no_interval_in_the_table():
-    summary = {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9, "numel": 1000, "world_size": 3,
-               "results": [{"form": f, "workers": 2, "time_s": 1e-3, "time_range_s": [1e-3, 1e-3],
-                            "times_s": [1e-3]} for f in PS.FORMS]}
-    rows = PS.rows(summary)
-    assert all(math.isnan(r["spread_ms"]) for r in rows)
-    assert F.INCONCLUSIVE in PS.findings(rows)[-1] and "no interval" in PS.findings(rows)[-1]
+def test_one_pass_gives_no_interval_and_decides_nothing():
+    summary = {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9, "numel": 1000, "world_size": 5,
+               "results": [{"form": f, "workers": w, "time_s": t, "time_range_s": [t, t], "times_s": [t]}
+                           for w in (2, 4) for f, t in (("ps", 2e-3 * w), ("ring", 1e-3))]}
+    lines = PS.findings(PS.rows(summary))
+    assert all(F.INCONCLUSIVE in x and "one pass gives no interval" in x for x in lines), lines

@@ -14,7 +14,7 @@ workers: every printout and title says "simulated staleness (one process)".
                                 else the SYNTHETIC stand-in, with the label to print
 - `simulate(grad_fn, theta0, batches, lr, tau, evaluate, every)`  the delayed-update loop
 - `run(taus, seeds, ...)`       an MLP trained for each tau and seed: curves of test accuracy/loss
-- `final_rows(result)`          per tau: final test accuracy, its spread, loss (`table` shows them)
+- `final_rows(result)`          per tau: final test accuracy, its gap to tau = 0 paired by seed, loss
 - `findings(rows)`              sentences from those numbers (`dltutor.core.findings`)
 - `plot(result)`                test accuracy vs updates, one line per tau
 """
@@ -137,18 +137,21 @@ def _train_all(taus, seeds, x, y, batch, updates, lr, hidden, evaluate, every) -
 
 
 def final_rows(result: dict) -> list[dict]:
-    """Per tau: mean final test accuracy and loss over seeds; its ± the 95 % confidence interval of
-    that mean over the seeds (`dltutor.core.spread`) combined with the test set's 95 % sampling
-    half-width (the test set is finite). One seed: nan, the seed-to-seed variation is unknown."""
-    from dltutor.core.spread import combined, mean_ci
+    """Per tau: final test accuracy and loss (mean over seeds) and the gap to tau = 0 PAIRED by
+    seed (every tau of a seed shares its initial weights, its batches and the one test set): the
+    mean of the per-seed gaps and its 95 % confidence interval (`dltutor.core.spread`). The test
+    set's own sampling width is common to both sides of a gap and is not added. One seed: nan."""
+    from dltutor.core.spread import mean_and_ci
+    final = {(c["tau"], c["seed"]): (c["test_acc"][-1], c["test_loss"][-1]) for c in result["curves"]}
+    seeds = sorted({s for _, s in final})
     out = []
-    for tau in sorted({c["tau"] for c in result["curves"]}):
-        accs = [c["test_acc"][-1] for c in result["curves"] if c["tau"] == tau]
-        losses = [c["test_loss"][-1] for c in result["curves"] if c["tau"] == tau]
-        acc = sum(accs) / len(accs)
-        out.append({"tau": tau, "test_acc": acc,
-                    "spread": combined(mean_ci(accs), F.accuracy_halfwidth(acc, result["n_test"])),
-                    "test_loss": sum(losses) / len(losses), "seeds": len(accs)})
+    for tau in sorted({t for t, _ in final}):
+        accs = [final[(tau, s)][0] for s in seeds]
+        gaps = [final[(tau, s)][0] - final[(0, s)][0] for s in seeds] if (0, seeds[0]) in final else []
+        gap, ci = mean_and_ci(gaps) if len(gaps) > 1 else ((gaps[0], math.nan) if gaps else (math.nan, math.nan))
+        out.append({"tau": tau, "test_acc": sum(accs) / len(accs), "accs": accs,
+                    "gap": gap, "gap_ci": ci,
+                    "test_loss": sum(final[(tau, s)][1] for s in seeds) / len(seeds), "seeds": len(accs)})
     return out
 
 
@@ -156,33 +159,50 @@ def table(rows: list[dict]):
     """`final_rows` as a table (HTML in Jupyter, aligned text under print)."""
     from dltutor.allreduce.sweep import no_interval_blank
     from dltutor.core.tables import Table
-    return Table(no_interval_blank(rows), ["tau", "test_acc", "spread", "test_loss", "seeds"],
-                 digits={"test_acc": 3, "spread": 3},
+    shown = [{**r, "gap": 100 * r["gap"], "gap_ci": 100 * r["gap_ci"]} for r in rows]
+    return Table(no_interval_blank(shown), ["tau", "test_acc", "gap", "gap_ci", "test_loss", "seeds"],
+                 digits={"test_acc": 3, "gap": 2, "gap_ci": 2},
                  missing="n/a",
-                 headers={"test_acc": "final test accuracy", "spread": "± (95 % CI)", "test_loss": "test loss"})
+                 headers={"test_acc": "final test accuracy (mean of seeds)", "gap": "vs tau=0, points (paired by seed)",
+                          "gap_ci": "± (95 % CI of the paired gap)", "test_loss": "test loss"})
+
+
+def _paired(rows: list[dict], a: dict, b: dict) -> tuple[float, float]:
+    """(mean, 95 % CI) over seeds of b's accuracy minus a's, paired by seed (points)."""
+    from dltutor.core.spread import mean_and_ci
+    gaps = [100 * (y - x) for x, y in zip(a["accs"], b["accs"])]
+    return mean_and_ci(gaps) if len(gaps) > 1 else (gaps[0], math.nan)
+
+
+def _gap_text(gap: float, ci: float, seeds: int) -> str:
+    if seeds < 2:
+        return f"{F.INCONCLUSIVE} ({abs(gap):.1f} points apart; one seed gives no interval)"
+    if not F.differs(gap, 0.0, ci, 0.0):
+        return f"{F.INCONCLUSIVE} ({gap:+.1f} points, ±{F.fmt(ci)} paired over {seeds} seeds)"
+    return f"{abs(gap):.1f} points {'below' if gap < 0 else 'above'} (±{F.fmt(ci)}, paired over {seeds} seeds)"
 
 
 def findings(rows: list[dict]) -> list[str]:
-    """Sentences about final test accuracy per tau against sync (tau = 0), from `final_rows`."""
+    """Sentences about final test accuracy per tau against sync (tau = 0) and from one tau to the
+    next, each a gap paired by seed, from `final_rows`."""
     sync = next(r for r in rows if r["tau"] == 0)
     seeds = rows[0]["seeds"]
-    out = [f"{SIMULATED}, {seeds} seed{'s' if seeds > 1 else ''}; a difference counts when it is "
-           "larger than the two ± combined (each: the 95 % confidence interval of the mean over the "
-           "seeds, with the test set's sampling width added; one seed gives no interval)."]
+    out = [f"{SIMULATED}, {seeds} seed{'s' if seeds > 1 else ''}; every tau of a seed shares its weights, "
+           "batches and test set, so each gap is paired by seed: the mean of the per-seed gaps ± its 95 % "
+           "confidence interval (one seed gives no interval)."]
     for r in rows:
         if r["tau"] == 0:
             continue
-        gap = 100 * (r["test_acc"] - sync["test_acc"])
-        head = (f"tau={r['tau']}: test accuracy {r['test_acc']:.1%} vs sync {sync['test_acc']:.1%}")
-        if not F.differs(r["test_acc"], sync["test_acc"], r["spread"], sync["spread"]):
-            why = (f"±{F.fmt(100 * r['spread'])} and ±{F.fmt(100 * sync['spread'])} points"
-                   if seeds > 1 else "one seed gives no interval")
-            out.append(f"{head}: {F.INCONCLUSIVE} ({abs(gap):.1f} points apart, {why}).")
-        else:
-            out.append(f"{head}: {abs(gap):.1f} points {'below' if gap < 0 else 'above'} sync.")
-    out.append(F.trend("final test accuracy", [r["tau"] for r in rows],
-                       [100 * r["test_acc"] for r in rows], x_name="tau", unit="%",
-                       spreads=[100 * r["spread"] for r in rows]))
+        gap, ci = _paired(rows, sync, r)
+        out.append(f"tau={r['tau']}: test accuracy {r['test_acc']:.1%} vs sync {sync['test_acc']:.1%}: "
+                   + _gap_text(gap, ci, seeds).replace("points below", "points below sync")
+                   .replace("points above", "points above sync") + ".")
+    steps = []
+    for a, b in zip(rows, rows[1:]):
+        gap, ci = _paired(rows, a, b)
+        steps.append(f"tau {a['tau']} -> {b['tau']}: " + _gap_text(gap, ci, seeds)
+                     .replace("points below", "points lower").replace("points above", "points higher"))
+    out.append("final test accuracy, step by step: " + "; ".join(steps) + ".")
     return out
 
 

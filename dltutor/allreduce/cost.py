@@ -173,8 +173,20 @@ def model_errors(summary: dict, algorithm: str, alpha: float, beta: float) -> np
     return relative_errors(t, model_time(algorithm, summary["world_size"], d, alpha, beta))
 
 
-FITS = {"ping-pong, lsq": ("pingpong", "lsq"), "ring, lsq": ("ring", "lsq"),
-        "ring, minimax": ("ring", "minimax")}
+def model_folds(summary: dict, algorithm: str, alpha: float, beta: float) -> np.ndarray:
+    """model / measured at each size of `algorithm` (> 1: the model is too high, < 1: too low)."""
+    d, t = times_of(summary, algorithm)
+    return np.asarray(model_time(algorithm, summary["world_size"], d, alpha, beta), float) / t
+
+
+def fold(ratios) -> np.ndarray:
+    """The symmetric miss of model/measured ratios: max(m/t, t/m), 1 = exact, 2 = off by 2x either way."""
+    r = np.asarray(ratios, float)
+    return np.where(r > 0, np.maximum(r, 1 / np.where(r > 0, r, 1)), np.inf)
+
+
+FITS = {"ping-pong, lsq": ("pingpong", "lsq"), "ping-pong, minimax": ("pingpong", "minimax"),
+        "ring, lsq": ("ring", "lsq"), "ring, minimax": ("ring", "minimax")}
 
 
 def compare_fits(summary: dict) -> dict:
@@ -207,30 +219,41 @@ def hierarchical_time(nodes: int, per_node: int, nbytes, intra, inter):
 
 def flat_ring_time(nodes: int, per_node: int, nbytes, intra, inter):
     """Modelled time of one ring over all N = M·L ranks, numbered node by node. Every step moves D/N
-    on every link at once and ends when its slowest link does: an inter-node link once M > 1.
-      T = 2(N-1)·(α + D/N·β), with (α, β) = `inter` when M > 1, `intra` when M = 1."""
-    n = int(nodes) * int(per_node)
-    alpha, beta = inter if nodes > 1 else intra
-    return 2 * (n - 1) * (alpha + np.asarray(nbytes, dtype=float) / n * beta)
+    on every link at once and ends when its slowest link does (once M > 1 the ring has both kinds):
+      T = 2(N-1)·max over the ring's links of (α + D/N·β); one node (M = 1): `intra` only."""
+    n, d = int(nodes) * int(per_node), np.asarray(nbytes, dtype=float)
+    step = [alpha + d / n * beta for alpha, beta in ((intra, inter) if nodes > 1 else (intra,))]
+    return 2 * (n - 1) * np.maximum.reduce(step) if len(step) > 1 else 2 * (n - 1) * step[0]
 
 
 def hierarchical_saving(nodes: int, per_node: int, nbytes, intra, inter):
-    """flat ring time - hierarchical time (> 0: the 2-D all-reduce wins). For M > 1 it works out as
+    """flat ring time - hierarchical time (> 0: the 2-D all-reduce wins). When the links between
+    nodes are the slower ones at D, it works out (M > 1) as
       2(L-1)·(M·α_inter - α_intra) + 2(L-1)/L·D·(β_inter - β_intra):
-    the 2-D scheme wins at every size when the links inside a node are at least as fast as
-    those between nodes, and it saves latency steps even when all links are alike."""
+    the 2-D scheme wins at every size when the links inside a node are at least as fast as those
+    between nodes; it saves latency steps even when all links are alike."""
     return (flat_ring_time(nodes, per_node, nbytes, intra, inter)
             - hierarchical_time(nodes, per_node, nbytes, intra, inter))
 
 
+CROSSOVER_GRID = np.logspace(0, 50, 501, base=2.0)   # 1 B ... 1 PiB, where a sign change is looked for
+
+
 def hierarchical_crossover(nodes: int, per_node: int, intra, inter) -> float | None:
-    """The size D where the flat ring and the 2-D all-reduce take equal modelled time (M > 1):
-    D* = L·(M·α_inter - α_intra) / (β_intra - β_inter); None when the sign never changes."""
-    (ai, bi), (ao, bo) = intra, inter
-    if nodes < 2 or per_node < 2 or bi == bo:
+    """The size D where the flat ring and the 2-D all-reduce take equal modelled time (M > 1), found
+    where the saving changes sign on CROSSOVER_GRID and refined by bisection; None when it never does."""
+    if nodes < 2 or per_node < 2:
         return None
-    d = per_node * (nodes * ao - ai) / (bi - bo)
-    return float(d) if d > 0 else None
+    s = hierarchical_saving(nodes, per_node, CROSSOVER_GRID, intra, inter)
+    change = np.nonzero(np.sign(s[:-1]) != np.sign(s[1:]))[0]
+    if not len(change):
+        return None
+    lo, hi = CROSSOVER_GRID[change[0]], CROSSOVER_GRID[change[0] + 1]
+    sign_lo = np.sign(s[change[0]])
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if np.sign(hierarchical_saving(nodes, per_node, mid, intra, inter)) == sign_lo else (lo, mid)
+    return float((lo + hi) / 2)
 
 
 def hierarchical_rows(nodes: int, per_node: int, sizes, intra, inter) -> list[dict]:

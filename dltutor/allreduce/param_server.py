@@ -24,8 +24,6 @@ import torch.distributed as dist
 
 from dltutor.allreduce import collectives as C
 from dltutor.allreduce import cost
-from dltutor.core import findings as F
-from dltutor.core.spread import combined
 from dltutor.core.device import device as rank_device
 
 SERVER = 0
@@ -130,32 +128,33 @@ def measure(workers=(2, 3, 4), numel: int = 701_466, iters: int = 5, warmup: int
 
 
 def rows(summary: dict) -> list[dict]:
-    """One row per (W, form): measured time per step (ms, the mean over passes), its ± (the 95 %
-    confidence interval of that mean, `sweep.pass_mean_ci`; nan with one pass), and the α-β
-    model with the ping-pong's α and β."""
-    from dltutor.allreduce.sweep import pass_mean_ci
+    """One row per (W, form): the fastest, median and slowest pass (ms per step), every pass
+    (`times_ms`, for the paired findings), and the α-β model with the ping-pong's α and β (fitted
+    to the ping-pong's fastest passes)."""
     alpha, beta, d = summary["alpha_s"], summary["beta_s_per_byte"], 4 * summary["numel"]
     out = []
     for r in sorted(summary["results"], key=lambda r: (r["workers"], r["form"])):
-        w, (mean, ci) = r["workers"], pass_mean_ci(r)
+        w, ts = r["workers"], sorted(r.get("times_s") or [r["time_s"]])
         n, alg = (w + 1, "ps") if r["form"] == "ps" else (w, "ring")
+        mid = ts[len(ts) // 2] if len(ts) % 2 else (ts[len(ts) // 2 - 1] + ts[len(ts) // 2]) / 2
         out.append({"workers": w, "form": r["form"], "processes": summary["world_size"],
                     "cores": summary.get("cores"), "gradient_bytes": d,
-                    "measured_ms": 1e3 * mean, "spread_ms": 1e3 * ci,
+                    "fastest_ms": 1e3 * ts[0], "median_ms": 1e3 * mid, "slowest_ms": 1e3 * ts[-1],
+                    "times_ms": [1e3 * t for t in (r.get("times_s") or [r["time_s"]])],
                     "model_ms": 1e3 * cost.model_time(alg, n, d, alpha, beta),
                     "bytes_sent_by_busiest_rank": w * d if alg == "ps" else 2 * (w - 1) / w * d})
     return out
 
 
 def table(rows: list[dict]):
-    """The rows as a table (HTML in Jupyter, aligned text under print): measured, spread, model
-    and the busiest rank's bytes."""
-    from dltutor.allreduce.sweep import no_interval_blank
+    """The rows as a table (HTML in Jupyter, aligned text under print): fastest, median and
+    slowest pass, the model and the busiest rank's bytes."""
     from dltutor.core.tables import Table
-    return Table(no_interval_blank(rows), ["workers", "form", "measured_ms", "spread_ms", "model_ms",
-                                           "bytes_sent_by_busiest_rank"], missing="n/a",
-                 headers={"measured_ms": "measured ms/step (mean of passes)", "spread_ms": "± (95 % CI)",
-                          "model_ms": "α-β model ms", "bytes_sent_by_busiest_rank":
+    p = min(len(r["times_ms"]) for r in rows)
+    return Table(rows, ["workers", "form", "fastest_ms", "median_ms", "slowest_ms", "model_ms",
+                        "bytes_sent_by_busiest_rank"], missing="n/a",
+                 headers={"fastest_ms": f"ms/step, fastest of {p} passes", "median_ms": "median",
+                          "slowest_ms": "slowest", "model_ms": "α-β model ms", "bytes_sent_by_busiest_rank":
                           "bytes sent by the busiest rank (model; as many received)"})
 
 
@@ -165,51 +164,13 @@ def _series(table, form, key):
 
 
 def findings(table: list[dict]) -> list[str]:
-    """What this run shows about PS vs ring as W grows, from `rows(summary)` only."""
-    out = []
-    for form in FORMS:
-        ws, ys = _series(table, form, "measured_ms")
-        out.append(F.trend(f"{FORM_TEXT[form]}, time per step", ws, ys, x_name="W", unit="ms",
-                           spreads=_series(table, form, "spread_ms")[1]))
-    ws, ps = _series(table, "ps", "measured_ms")
-    _, ring = _series(table, "ring", "measured_ms")
-    _, s_ps = _series(table, "ps", "spread_ms")
-    _, s_ring = _series(table, "ring", "spread_ms")
-    for i in (0, len(ws) - 1) if len(ws) > 1 else (0,):
-        out.append(f"At W={ws[i]}: " + F.compare("parameter server", ps[i], "ring", ring[i], unit="ms",
-                                                 spread_a=s_ps[i], spread_b=s_ring[i]))
-    if len(ws) > 1:   # what one more worker costs: the model's slope is 2(α + D·β) for the server
-        _, m_ps = _series(table, "ps", "model_ms")
-        _, m_ring = _series(table, "ring", "model_ms")
-        add = {"ps": ps[-1] - ps[0], "ring": ring[-1] - ring[0]}
-        if F.differs(add["ps"], add["ring"], combined(s_ps[0], s_ps[-1]), combined(s_ring[0], s_ring[-1])):
-            verdict = ("the parameter server's" if add["ps"] > add["ring"] else "the ring's") + " grew more"
-        else:
-            verdict = f"{F.INCONCLUSIVE}, the difference is inside the 95 % intervals over passes"
-        out.append(f"parameter server / ring: measured {ps[0] / ring[0]:.2f}x at W={ws[0]} and "
-                   f"{ps[-1] / ring[-1]:.2f}x at W={ws[-1]}; the α-β model (ping-pong fit) predicts "
-                   f"{m_ps[0] / m_ring[0]:.2f}x and {m_ps[-1] / m_ring[-1]:.2f}x.")
-        out.append(f"From W={ws[0]} to W={ws[-1]} the parameter server's time per step grew by "
-                   f"{add['ps']:+.3g} ms (model: {m_ps[-1] - m_ps[0]:+.3g} ms) and the ring's by "
-                   f"{add['ring']:+.3g} ms (model: {m_ring[-1] - m_ring[0]:+.3g} ms): {verdict}.")
-    return out + _shared_cores(table)
-
-
-def _shared_cores(table: list[dict]) -> list[str]:
-    """Why the run cannot test the model's growth with W when its ranks shared fewer cores."""
-    r = table[-1]
-    procs, cores = r.get("processes"), r.get("cores")
-    if not procs or not cores or procs <= cores:
-        return []
-    return [f"This run cannot test how the model grows with W: at W={r['workers']} its {procs} processes "
-            f"(1 server + {procs - 1} workers) shared the {cores} CPU core(s) the ranks saw, so a rank "
-            f"also waits for a core and the copies of the other ranks' messages run on the same cores; "
-            f"the model counts messages on links that work in parallel, one core per rank. On a node "
-            f"with at least {procs} cores the comparison means what it says."]
+    """What this run shows about PS vs ring as W grows (`ps_findings.findings`: paired per pass)."""
+    from dltutor.allreduce import ps_findings
+    return ps_findings.findings(table)
 
 
 def plot(table: list[dict], path=None):
-    """Time per step vs W: measured (mean of passes ± 95 % CI) and modelled (dashed)."""
+    """Time per step vs W: measured (median of passes, bars fastest..slowest) and modelled (dashed)."""
     import matplotlib.pyplot as plt
     from dltutor.core.plots import finish, labels
     from dltutor.core.units import fmt_bytes
@@ -218,10 +179,11 @@ def plot(table: list[dict], path=None):
             f"{r0['cores']} cores")
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for form, colour in zip(FORMS, ("tab:red", "tab:blue")):
-        ws, ys = _series(table, form, "measured_ms")
-        _, sp = _series(table, form, "spread_ms")
-        ax.errorbar(ws, ys, yerr=sp, fmt="o-", color=colour,
-                    capsize=3, label=f"{FORM_TEXT[form]}, measured (mean ± 95 % CI)")
+        ws, ys = _series(table, form, "median_ms")
+        lo, hi = _series(table, form, "fastest_ms")[1], _series(table, form, "slowest_ms")[1]
+        ax.errorbar(ws, ys, yerr=[[y - a for y, a in zip(ys, lo)], [b - y for y, b in zip(ys, hi)]],
+                    fmt="o-", color=colour, capsize=3,
+                    label=f"{FORM_TEXT[form]}, measured (median of passes; bar: fastest..slowest)")
         ax.plot(ws, _series(table, form, "model_ms")[1], "--", color=colour,
                 label=f"{FORM_TEXT[form]}, α-β model (ping-pong fit)")
     ax.set_xticks(sorted({r["workers"] for r in table}))

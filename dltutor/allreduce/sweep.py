@@ -148,11 +148,16 @@ def process_group():
 def run_lab(name: str, nproc: int, args, timeout: float = 600.0, echo: bool = True,
             oversubscribe: bool = False, env=None) -> tuple[dict, list[dict]]:
     """Run course/labs/05_allreduce/`name` on `nproc` local ranks; (rank 0's summary: its metrics
-    line with "results", every rank's metrics lines)."""
+    line with "results" and `load`: the 1-minute load average before and after, cores, ranks;
+    every rank's metrics lines)."""
+    import os
+
     from dltutor.launch.run import launch
+    before = os.getloadavg()[0]
     res = launch(str(course.lab(f"05_allreduce/{name}")), nproc=nproc, args=list(args),
                  timeout=timeout, echo=echo, oversubscribe=oversubscribe, env=env)
     summary = [m for m in res.metrics if m.get("rank") == 0 and "results" in m]
     if not summary:
         raise RuntimeError(f"the lab printed no summary line on rank 0 (logs: {res.log_dir})")
-    return summary[0], res.metrics
+    load = {"before": before, "after": os.getloadavg()[0], "cores": os.cpu_count(), "ranks": nproc}
+    return dict(summary[0], load=load), res.metrics

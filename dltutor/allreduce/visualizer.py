@@ -197,27 +197,39 @@ def _style(ax, ylabel: str) -> None:
 
 
 def plot_busbw(summaries: dict, ax=None):
-    """Bus bandwidth vs message size, one line per algorithm and rank count (summaries[N])."""
+    """Bus bandwidth vs message size, one line per algorithm and rank count (summaries[N]): the
+    median pass, a bar from the slowest to the fastest pass; the title says when even the fastest
+    passes were disturbed (`paired.fastest_inversions`) and that busbw = algbw at N = 2."""
     import matplotlib.pyplot as plt
-    from dltutor.allreduce.cost import busbw, times_of
+    import numpy as np
+    from dltutor.allreduce import paired
+    from dltutor.allreduce.cost import busbw
     if ax is None:
         _, ax = plt.subplots(figsize=(9.5, 4.3))
     for (n, s), ls in zip(sorted(summaries.items()), ("-", "--", ":", "-.")):
         for alg in sorted({r["algorithm"] for r in s["results"]}):
-            d, t = times_of(s, alg)
-            ax.plot(d, busbw(d, t, n) / 1e9, ls, marker="o", ms=4, color=COLOURS.get(alg),
-                    label=f"{alg}, N={n}")
-    ax.set_title(f"All-reduce bus bandwidth, measured ({_note(next(iter(summaries.values())))})",
+            rows = sorted((r for r in s["results"] if r["algorithm"] == alg), key=lambda r: r["bytes"])
+            d = np.array([r["bytes"] for r in rows], float)
+            ts = [np.array(r.get("times_s") or [r["time_s"]], float) for r in rows]
+            mid = busbw(d, np.array([np.median(t) for t in ts]), n) / 1e9
+            lo, hi = busbw(d, np.array([t.max() for t in ts]), n) / 1e9, busbw(d, np.array([t.min() for t in ts]), n) / 1e9
+            ax.errorbar(d, mid, yerr=[mid - lo, hi - mid], fmt=ls, marker="o", ms=4, capsize=2,
+                        color=COLOURS.get(alg), label=f"{alg}, N={n}")
+    notes = ["N = 2: busbw = algbw"] if 2 in summaries else []
+    if any(paired.fastest_inversions(s["results"]) for s in summaries.values()):
+        notes.append("even the fastest passes were disturbed (see the table)")
+    ax.set_title(f"All-reduce bus bandwidth: median pass, bar from slowest to fastest pass "
+                 f"({_note(next(iter(summaries.values())))})" + ("\n" + "; ".join(notes) if notes else ""),
                  fontsize=10)
     _style(ax, "bus bandwidth (GB/s)")
     return ax
 
 
 def fit_note(summary: dict, alpha: float, beta: float) -> str:
-    """'' for a usable ring fit; else ': fit UNUSABLE (misses its own 1 KiB point by 90%)'."""
+    """'' for a usable ring fit; else ': fit UNUSABLE (misses its own 1 KiB point by 9.5x)'."""
     from dltutor.allreduce.fitcheck import check
     c = check(summary, alpha, beta)
-    return "" if c["usable"] else f": fit UNUSABLE (misses its own {fmt_bytes(c['at'])} point by {c['worst']:.0%})"
+    return "" if c["usable"] else f": fit UNUSABLE (misses its own {fmt_bytes(c['at'])} point by {c['worst']:.2g}x)"
 
 
 def plot_model_vs_measured(summary: dict, alpha: float, beta: float, ax=None,
@@ -234,10 +246,10 @@ def plot_model_vs_measured(summary: dict, alpha: float, beta: float, ax=None,
     for alg in algorithms:
         d, t = times_of(summary, alg)
         if len(d):
-            ax.plot(d, t * 1e6, "o", color=COLOURS.get(alg), label=f"{alg} measured")
+            ax.plot(d, t * 1e6, "o", color=COLOURS.get(alg), label=f"{alg} measured (fastest pass)")
         ax.plot(grid, model_time(alg, n, grid, alpha, beta) * 1e6, "-", color=COLOURS.get(alg),
                 alpha=0.7, label=f"{alg} model")
-    ax.set_title(f"α-β model (lines) vs measured (dots), N={n} ({_note(summary)})\n"
+    ax.set_title(f"α-β model (lines) vs the fastest pass (dots, what the fit uses), N={n} ({_note(summary)})\n"
                  f"α = {alpha * 1e6:.1f} µs, 1/β = {1 / beta / 1e9 if beta else float('inf'):.2f} GB/s"
                  f"{fit_note(summary, alpha, beta)}", fontsize=10)
     _style(ax, "time per all-reduce (µs)")
@@ -245,13 +257,12 @@ def plot_model_vs_measured(summary: dict, alpha: float, beta: float, ax=None,
 
 
 def plot_hierarchical(summary: dict, ax=None):
-    """Time vs size for the 2-D all-reduce and the flat ones (dots: measured, with the passes'
-    min..max as bars) and the α-β model of the flat ring and the 2-D scheme (lines), with α, β
+    """Time vs size for the 2-D all-reduce and the flat ones (dots: the fastest pass, the statistic
+    the model lines are fitted to; bars up to the slowest pass) and the α-β model of the flat ring and the 2-D scheme (lines), with α, β
     fitted to this launch's flat ring and all links alike (one machine)."""
     import matplotlib.pyplot as plt
     import numpy as np
     from dltutor.allreduce.cost import fit_summary, flat_ring_time, hierarchical_time
-    from dltutor.allreduce.sweep import pass_mean_ci
     if ax is None:
         _, ax = plt.subplots(figsize=(9.5, 4.3))
     m, l = summary["nodes"], summary["per_node"]
@@ -261,14 +272,15 @@ def plot_hierarchical(summary: dict, ax=None):
     colours = {"hierarchical": "#ff7f0e", "ring": COLOURS["ring"], "gloo": COLOURS["gloo"]}
     for alg, colour in colours.items():
         rows = sorted((r for r in summary["results"] if r["algorithm"] == alg), key=lambda r: r["bytes"])
-        t, ci = (np.array(v) * 1e6 for v in zip(*(pass_mean_ci(r) for r in rows)))
-        ax.errorbar([r["bytes"] for r in rows], t, yerr=ci, fmt="o",
-                    color=colour, capsize=3, label=f"{alg} measured (mean of passes ± 95 % CI)")
+        t = np.array([r["time_s"] for r in rows]) * 1e6
+        up = np.array([max(r.get("times_s") or [r["time_s"]]) for r in rows]) * 1e6 - t
+        ax.errorbar([r["bytes"] for r in rows], t, yerr=[np.zeros_like(t), up], fmt="o",
+                    color=colour, capsize=3, label=f"{alg}: fastest pass (bar: up to the slowest)")
     ax.plot(grid, flat_ring_time(m, l, grid, link, link) * 1e6, "-", color=colours["ring"], alpha=0.7,
             label="flat ring model")
     ax.plot(grid, hierarchical_time(m, l, grid, link, link) * 1e6, "-", color=colours["hierarchical"],
             alpha=0.7, label="2-D model")
-    ax.set_title(f"2-D all-reduce on {m} x {l} ranks vs flat, measured (dots) and modelled (lines), "
+    ax.set_title(f"2-D all-reduce on {m} x {l} ranks vs flat, fastest pass (dots) and modelled (lines), "
                  f"{_note(summary)}\nα = {link[0] * 1e6:.1f} µs, 1/β = "
                  f"{1 / link[1] / 1e9 if link[1] else float('inf'):.2f} GB/s (fitted to the flat ring)"
                  f"{fit_note(summary, *link)}", fontsize=10)

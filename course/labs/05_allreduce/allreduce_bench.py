@@ -81,15 +81,15 @@ def main(argv=None) -> int:
             spans = over_passes([(name, nbytes) for nbytes in a.sizes for name in a.algorithms],
                                 lambda k: C.time_allreduce(C.ALLREDUCE[k[0]], k[1], dtype, a.iters,
                                                            a.warmup), a.passes)
-            say(f"\n{'size':>9} {'algorithm':<19} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}"
-                f"  {'passes min..max (us)':>21}")
+            say(f"\n{'size':>9} {'algorithm':<19} {'fastest (us)':>12} {'algbw GB/s':>11} {'busbw GB/s':>11}"
+                f"  {'slowest (us)':>12}")
             for nbytes in a.sizes:
                 for name in a.algorithms:
                     t, slowest = spans[(name, nbytes)]
                     row = result_row(name, nbytes, spans[(name, nbytes)], n, summary["checks"][name])
                     summary["results"].append(row)
-                    say(f"{fmt_bytes(nbytes):>9} {name:<19} {t * 1e6:11.1f} {row['algbw_GBps']:11.3f} "
-                        f"{row['busbw_GBps']:11.3f}  {t * 1e6:10.0f}..{slowest * 1e6:.0f}")
+                    say(f"{fmt_bytes(nbytes):>9} {name:<19} {t * 1e6:12.1f} {row['algbw_GBps']:11.3f} "
+                        f"{row['busbw_GBps']:11.3f}  {slowest * 1e6:12.1f}")
         if a.mode in ("pingpong", "both"):
             if n < 2:
                 say("\nping-pong needs 2 ranks: launch with torchrun --nproc-per-node 2")

@@ -110,11 +110,11 @@ def main(argv=None) -> int:
                             a.passes)
         rows = [result_row(name, d, spans[(name, d)], n, all(checks.values()))
                 for d in a.sizes for name in algs]
-        say(f"\n{'size':>9} {'algorithm':<13} {'time (us)':>11} {'busbw GB/s':>11}  passes min..max (us)")
+        say(f"\n{'size':>9} {'algorithm':<13} {'fastest (us)':>12} {'busbw GB/s':>11}  {'slowest (us)':>12}")
         for r in rows:
             lo, hi = r["time_range_s"]
-            say(f"{fmt_bytes(r['bytes']):>9} {r['algorithm']:<13} {lo * 1e6:11.1f} {r['busbw_GBps']:11.3f}"
-                f"  {lo * 1e6:10.0f}..{hi * 1e6:.0f}")
+            say(f"{fmt_bytes(r['bytes']):>9} {r['algorithm']:<13} {lo * 1e6:12.1f} {r['busbw_GBps']:11.3f}"
+                f"  {hi * 1e6:12.1f}")
         link_bytes = count_link_bytes(algs, max(a.sizes), hosts, real, per_node, say)
         extra = {} if rank else {"per_node": per_node, "nodes": n // per_node, "checks": checks,
                                  "hosts": hosts, "groups_on_hosts": real, "link": node_link(hosts),

@@ -89,12 +89,13 @@ def main(argv=None) -> int:
             alpha, beta = cost.fit_alpha_beta(list(PINGPONG_SIZES), [pp[d][0] for d in PINGPONG_SIZES])
             say(f"\ngradient {a.numel:,} float32 = {fmt_bytes(4 * a.numel)}; "
                 f"ping-pong fit alpha = {alpha * 1e6:.1f} us, beta = {beta * 1e9:.3f} ns/byte")
-            say(f"{'W':>3} {'form':<6} {'ms/step':>9} {'passes min..max':>18}")
+            say(f"{'W':>3} {'form':<6} {'fastest ms':>10} {'slowest ms':>10}")
             for r in results:
                 lo, hi = r["time_range_s"]
-                say(f"{r['workers']:>3} {r['form']:<6} {lo * 1e3:9.2f} {lo * 1e3:10.2f}..{hi * 1e3:.2f}")
+                say(f"{r['workers']:>3} {r['form']:<6} {lo * 1e3:10.2f} {hi * 1e3:10.2f}")
             ddist.report(hardware=label, cores=cpu_cores(), numel=a.numel, checks=checks, check_params=params,
-                         results=results, alpha_s=alpha, beta_s_per_byte=beta, lr=PS.LR)
+                         results=results, alpha_s=alpha, beta_s_per_byte=beta, lr=PS.LR,
+                         pingpong=[{"bytes": d, "time_s": pp[d][0], "times_s": pp[d].times} for d in PINGPONG_SIZES])
     failed = [w for w, ok in checks.items() if not ok]
     if failed:
         print(f"rank {rank}: parameter server and ring differ for W in {failed}", file=sys.stderr)
