@@ -4,6 +4,7 @@ The multi-process test runs both labs (--tiny) in one 2-rank launch (tests/model
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 
@@ -41,6 +42,15 @@ def test_tp_one_allreduce_each_way_of_the_formula_bytes(two_ranks):
         assert b["dtensor_collectives"]["forward"] == 1  # RowwiseParallel's one all-reduce
 
 
+def test_tp_whole_is_timed_on_one_process_alone(two_ranks):
+    from dltutor.core.env import cpu_cores
+    first, second = (m["tp"]["blocks"] for m in two_ranks)
+    for b0, b1 in zip(first, second):
+        assert len(b0["ms_whole_runs"]) == len(b0["ms_split_runs"]) == b0["timed_runs"]
+        assert b1["ms_whole_runs"] == [] and len(b1["ms_split_runs"]) == b1["timed_runs"]  # rank 1 waited
+        assert b0["whole_threads"] == min(2, cpu_cores())      # the cores the 2 ranks share
+
+
 # ---------------------------------------------------------------- pipeline
 def test_pipeline_schedules_match_one_process(two_ranks):
     checks = two_ranks[-1]["pp"]["checks"]  # the last stage holds the losses
@@ -61,6 +71,51 @@ def test_pipeline_records_every_microbatch_and_schedule_shape(two_ranks):
         # GPipe holds all m micro-batches' activations; 1F1B at most p - stage
         assert r["in_flight"] == ([r["m"], r["m"]] if r["schedule"] == "gpipe" else [2, 1])
     assert two_ranks[0]["pp"]["work"].startswith("SLEEP stand-in")
+
+
+@contextlib.contextmanager
+def _pipeline_lab_alone(monkeypatch, record, steps: int):
+    """Lab 06's pipeline.py as a module in this process (one gloo rank), each step's schedule and
+    micro-batch input handed to `record` before it runs: yields (module, args, ctx, partition)."""
+    import types
+
+    import torch
+    import torch.distributed as dist
+    spec = importlib.util.spec_from_file_location("pipeline_lab", lab("06_model_parallel/pipeline.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    real_step = mod.P.run_step
+    monkeypatch.setattr(mod.P, "run_step", lambda sched, stage, x, *a: record(sched, x)
+                        or real_step(sched, stage, x, *a))
+    args = mod.parse_args(["--tiny", "--steps", str(steps)])
+    own = not dist.is_initialized()
+    if own:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        ctx = types.SimpleNamespace(rank=0, world_size=1, device=torch.device("cpu"))
+        _, _, part = mod.stage_setup(args, ctx)
+        yield mod, args, ctx, part
+    finally:
+        if own:
+            dist.destroy_process_group()
+
+
+def test_pipeline_lab_interleaves_the_schedules_at_each_m(monkeypatch):
+    """timed() runs GPipe and 1F1B one step each per round, the order rotated every round."""
+    order = []
+    with _pipeline_lab_alone(monkeypatch, lambda sched, x: order.append(type(sched).__name__), 3) as (
+            mod, a, ctx, part):
+        out = mod.timed(["gpipe", "1f1b"], 2, a, ctx, part)
+    g, f = "ScheduleGPipe", "Schedule1F1B"
+    assert order == [g, f, f, g, g, f, f, g]        # warm-up round, then 3 timed rounds, rotated
+    assert [r["schedule"] for r in out] == ["gpipe", "1f1b"]
+    assert all(len(r["bubbles"]) == len(r["steps_s"]) == len(r["overlaps"]) == 3 for r in out)
+
+
+def test_busy_shares_count_overlap_and_idle():
+    events = [[("F", 0, 0.0, 1.0), ("B", 0, 3.0, 4.0)], [("F", 0, 0.5, 2.0)]]
+    assert P.busy_shares(events) == pytest.approx((0.5 / 4, 1.0 / 4))
+    assert P.busy_shares(ideal_gpipe(2, 1, 1.0, 2.0))[0] == 0     # a strict hand-over: no overlap
 
 
 def test_bubble_formula():
@@ -146,3 +201,14 @@ def test_lab_refuses_bad_input(script, argv, flag, capsys):
         mod.main(argv)
     err = capsys.readouterr().err
     assert exc.value.code == 2 and flag in err and "Traceback" not in err
+
+
+def test_pipeline_lab_interleaves_every_m_in_rounds(monkeypatch):
+    """timed_all() runs one step of every (m, schedule) per round, the m's rotated every round, so
+    step i of m=2 and of m=4 met the same moment of the machine (issue 42, second read, item 1)."""
+    order = []
+    with _pipeline_lab_alone(monkeypatch, lambda sched, x: order.append(len(x) // 4), 2) as (
+            mod, a, ctx, part):
+        out = mod.timed_all({2: ["gpipe"], 4: ["gpipe"]}, a, ctx, part)
+    assert order == [2, 4, 4, 2, 2, 4]              # micro-batches per step: warm-up, then 2 rounds, rotated
+    assert [r["m"] for r in out] == [2, 4] and all(r["m_in_rounds"] and len(r["bubbles"]) == 2 for r in out)

@@ -6,8 +6,11 @@ parallelism (3D). Used by notebook 06 and lab `06_model_parallel`.
   pipeline.py    stages, GPipe/1F1B via torch.distributed.pipelining, timed stages, the bubble
   mesh.py        3D: rank -> (tp, pp, dp) as DeviceMesh lays it out, node boundaries, bytes per form
   runs.py        from the kernel: run the two lab scripts, tables (incl. a strategy table adapted from seed 003)
-  findings.py    what the runs showed, as sentences: TP checks, bubble vs (p-1)/(m+p-1), 1F1B's memory
+  findings.py    what the runs showed, as sentences: TP checks and timings (paired), the real-compute run
+  bubble_findings.py  the pipeline sentences: bubble vs m and vs (p-1)/(m+p-1), GPipe vs 1F1B
+                 (paired), what a stage held; each labelled with its stage work
   plots.py       timeline, bubble vs micro-batches, TP checks, bytes per form
+  load.py        the 1-minute load average around each timed launch, beside the cores
   exercise_tp.py     exercise 06-tensor-parallel: the student's Megatron MLP on 2 ranks, given only
                      its slices; exercise_tp_judge.py: against the one-process MLP (outputs,
                      gradients, one all-reduce each way), the known mistakes named

@@ -1,178 +1,246 @@
 """What notebook 06's runs showed, in sentences built from their numbers (dltutor.core.findings).
 
-* `tp(rows)`: the TP checks (errors against the fp32 tolerance), all-reduces counted beside
-  Megatron's one per block and direction, bytes beside the formula, and the timings (the mean
-  of the lab's alternated runs ± its 95 % confidence interval; decided only beyond the two);
-* `bubble(rows)`: per (p, schedule) how the measured bubble moves with m, how far it sits from
-  (p-1)/(m+p-1) and whether that gap grows with m (spread: the 95 % confidence interval of the
-  mean over the timed steps, `dltutor.core.spread`; one step gives none);
-* `schedules(rows)`: 1F1B's bubble beside GPipe's at each m, against the two spreads;
-* `real_compute(rows)`: the real-compute table as `bubble`, and beside 1 - 1/p (no overlap);
-* `in_flight(rows)`: the most micro-batches a stage held, GPipe beside 1F1B (1F1B's point);
-* `findings(tp_rows, bubble_rows)`: the short summary printed before the key takeaways.
+* `tp(rows)`: the TP checks (errors relative to the whole block's largest value, against the fp32
+  tolerance), all-reduces counted beside Megatron's one per block and direction, the reduced
+  tensor's size beside the formula, and the timings: one process alone vs t ranks, alternated,
+  compared by the paired interval of the pairs' differences;
+* `bubble`, `schedules`, `in_flight` (from `bubble_findings`): the pipeline runs, each sentence
+  labelled with the stage work it was measured on (the SLEEP stand-in or the real compute);
+* `real_compute(rows)`: the real-compute run: its bubbles, whether micro-batches shrank them
+  (and, where undecided, why, from its numbers), how much the stages overlapped and idled, and
+  the two schedules' bubbles and step times, paired;
+* `findings(tp_rows, bubble_rows, real_rows)`: the short summary printed before the key takeaways.
 """
 from __future__ import annotations
 
 import math
+import statistics
 
-from dltutor.core.findings import INCONCLUSIVE, against, compare, differs, fmt, trend
+from scipy.stats import binomtest
 
-TOLERANCE = 1e-5      # fp32 rounding: the tolerance tests/test_model_parallel.py holds the checks to
-BUBBLE_FLOOR = 0.02   # timer and scheduling jitter: a bubble within this of the formula "agrees"
-FORMULA = "the formula (p-1)/(m+p-1)"
+from dltutor.core.findings import INCONCLUSIVE, differs, fmt
+from dltutor.core.spread import mean_and_ci
+from dltutor.model_parallel.bubble_findings import (BUBBLE_FLOOR, FORMULA, _groups, bubble, ends,  # noqa: F401
+                                                    in_flight, schedules)
+
+TOLERANCE = 1e-5      # a CHOSEN fp32 threshold, RELATIVE to the reference's largest value
+SLEEP, REAL = "SLEEP stand-in", "real compute"
 
 
-def tp(rows: list[dict], tolerance: float = TOLERANCE) -> list[str]:
+def tp(rows: list[dict], tolerance: float = TOLERANCE, hardware: str = "") -> list[str]:
     """Sentences on the TP table (`runs.tp_rows`)."""
-    keys = ("out err", "grad err", "DTensor err", "ours vs DTensor")
-    worst = max(rows, key=lambda r: max(r[k] for k in keys))
-    err = max(worst[k] for k in keys)
-    out = [f"Largest difference of any split block from the whole one: {err:.1e} ({worst['block']}, "
-           f"{worst['ranks']} ranks) -- " + (f"below the fp32 tolerance {tolerance:g}: the split "
-                                             "computes the same outputs and gradients."
-                                             if err < tolerance else
-                                             f"ABOVE the fp32 tolerance {tolerance:g}: the split "
-                                             "does not match the whole block here.")]
+    keys = ("out err", "dx err", "grad err", "DTensor err", "ours vs DTensor")
+    worst = max(rows, key=lambda r: max(r.get(k, 0.0) for k in keys))
+    err = max(worst.get(k, 0.0) for k in keys)
+    out = [f"Largest difference of any split block from the whole one (output, input gradient, parameter "
+           f"gradients, ours and torch's DTensor), relative to the whole block's largest value: {err:.1e} "
+           f"({worst['block']}, {worst['ranks']} ranks) -- " + (
+               f"below the fp32 tolerance {tolerance:g} (a chosen threshold): the split computes the same outputs and "
+               "gradients up to fp32 rounding." if err < tolerance else
+               f"ABOVE the fp32 tolerance {tolerance:g} (a chosen threshold): the split does not match the whole block here.")]
     for r in rows:
         ours, torch_ = r["all-reduces fwd/bwd"], r["DTensor fwd/bwd"]
         one = "one per direction, as f and g predict" if ours == "1/1" else "NOT one per direction"
         same = "the same" if ours == torch_ else "a different count"
         size = ("equal to" if r["bytes each"] == r["formula bytes"] else "NOT equal to")
-        out.append(f"{r['block']}, {r['ranks']} ranks: our layers made {ours} all-reduces (fwd/bwd), "
-                   f"{one}; torch's DTensor plan made {torch_}, {same}. Each moved "
-                   f"{r['bytes each']:,} B, {size} tokens x d_model x 4 B ({r['formula bytes']:,} B); "
+        t = r["ranks"]
+        out.append(f"{r['block']}, {t} ranks: our layers made {ours} all-reduces (fwd/bwd), "
+                   f"{one}; torch's DTensor plan made {torch_}, {same}. Each reduced a tensor of "
+                   f"{r['bytes each']:,} B, {size} tokens x d_model x 4 B ({r['formula bytes']:,} B); a ring "
+                   f"all-reduce sends 2(t-1)/t of it per rank, {2 * (t - 1) / t * r['bytes each']:,.0f} B; "
                    f"{r['params/rank']:,} of {r['params whole']:,} parameters per rank.")
-    return out + timings(rows)
+    return out + timings(rows, hardware)
 
 
-def _speed(r: dict) -> tuple[str, int]:
+def _pairs_text(r: dict) -> str:
+    """Beside the t-interval: the median pair, how many pairs the split won, a two-sided sign test,
+    and the pair furthest from the median (one such pair can make the interval by itself)."""
+    pairs = r.get("pairs") or []
+    if len(pairs) < 2:
+        return ""
+    diffs = [s - w for w, s in pairs]
+    won = sum(d < 0 for d in diffs)
+    p = binomtest(won, len(diffs), 0.5).pvalue
+    mid = statistics.median(diffs)
+    i = max(range(len(diffs)), key=lambda k: abs(diffs[k] - mid))
+    w, s = pairs[i]
+    return (f"; median pair {fmt(mid, 'ms')}, the split faster in {won} of {len(diffs)} pairs (sign test "
+            f"p = {p:.2g}); furthest from the median: pair {i + 1}, split {fmt(s, 'ms')} vs whole "
+            f"{fmt(w, 'ms')}")
+
+
+def _speed(r: dict, hardware: str = "") -> tuple[str, int]:
     """One row's split-vs-whole sentence and its verdict: -1 split faster, 1 slower, 0 undecided.
-    Each time is the mean of the lab's runs (split and whole alternated run by run) with its 95 %
-    confidence interval; decided only when the gap is larger than the two combined."""
-    a, b, sa, sb = r["ms split"], r["ms whole"], r["± split"], r["± whole"]
-    said = compare("split", a, "whole", b, unit="ms", spread_a=sa, spread_b=sb)
-    head = f"{r['block']} on {r['ranks']} ranks, mean of {r['runs']} alternated runs each: {said}"
-    return head, (0 if not differs(a, b, sa, sb) else (-1 if a < b else 1))
+    Whole = one process alone on the cores the ranks share; the runs alternate, run i of each a
+    pair, so the verdict is the paired one: the mean of the differences against ITS 95 % CI."""
+    a, b = r["ms split"], r["ms whole"]
+    d, c = r.get("split - whole", a - b), r.get("± paired", float("nan"))
+    threads, cores, t = r.get("whole threads", 1), r.get("cores"), r["ranks"]
+    on = f" on {hardware}" if hardware else ""
+    head = (f"{r['block']}{on}: {t} ranks (split) {fmt(a, 'ms')} vs one process alone with {threads} "
+            f"thread(s) (whole) {fmt(b, 'ms')}, means of {r['runs']} alternated pairs; split - whole "
+            f"per pair {fmt(d, 'ms')} ± {fmt(c)} (paired 95 % CI){_pairs_text(r)}")
+    if cores and t > cores:
+        head += f"; the {t} ranks shared {cores} cores, taking turns"
+    if math.isnan(c) or abs(d) <= c:
+        why = "one pair gives no interval" if math.isnan(c) else "the paired interval covers zero"
+        return f"{head}: {INCONCLUSIVE}, {why}.", 0
+    said = f"{head}: the split took {a / b:.2f}x the time of one process, beyond the paired interval."
+    if _beyond_cores(r):
+        said += (f" A speed-up above the {min(t, cores)} core(s) the ranks had is more than parallel "
+                 "compute explains: smaller matrices per rank, or a slower one-process baseline (its "
+                 "threads waiting for each other on busy cores).")
+    return said, (-1 if a < b else 1)
 
 
-def timings(rows: list[dict]) -> list[str]:
-    """Split vs whole per block, then what the decided rows say about the all-reduces' cost."""
-    said = [_speed(r) for r in rows]
+def _beyond_cores(r: dict) -> bool:
+    """A split faster than one process by more than the cores the ranks had can give."""
+    cores = r.get("cores")
+    return bool(cores) and r["ms split"] < r["ms whole"] and r["ms whole"] / r["ms split"] > min(r["ranks"], cores)
+
+
+def timings(rows: list[dict], hardware: str = "") -> list[str]:
+    """Split vs whole per block, then a count of the verdicts. Totals only: the all-reduces were
+    not timed on their own, and where a speed-up exceeds the cores the ranks had, the comparison
+    is confounded (t single-thread ranks get a larger share of busy cores than one process does)."""
+    said = [_speed(r, hardware) for r in rows]
     out = [s for s, _ in said]
-    ways = {v for _, v in said if v}
-    if ways == {-1}:
-        out.append("Wherever decided, the split was faster: each rank computed 1/t of the block, so "
-                   "its two all-reduces per block cost less than the compute the split saved -- on "
-                   "this run they did not dominate the time.")
-    elif ways == {1}:
-        out.append("Wherever decided, the split was slower: its all-reduces (and the ranks' share "
-                   "of the cores) cost more than the 1/t of the compute it saved.")
-    elif ways:
-        out.append("The split was faster for some blocks and slower for others: see each line.")
-    return out
+    n, faster, slower = len(said), sum(v == -1 for _, v in said), sum(v == 1 for _, v in said)
+    if not faster + slower:
+        return out
+    line = (f"Split vs one process on the same cores, {n} block x rank-count case(s): the split faster in "
+            f"{faster}, slower in {slower}, undecided in {n - faster - slower} (totals only: the "
+            "all-reduces were not timed on their own).")
+    over = [r for r, (_, v) in zip(rows, said) if v == -1 and _beyond_cores(r)]
+    if over:
+        line += (f" {len(over)} of the faster case(s) beat the one process by more than the cores the ranks "
+                 "had can explain: t single-thread ranks are t runnable threads against the one "
+                 "process's few, and on cores shared with other work the scheduler shares the CPU per "
+                 "thread, so on this machine these times do not isolate tensor parallelism's cost.")
+    return out + [line]
 
 
-def _spread(row: dict) -> float:
-    """The row's ± (95 % CI of its mean bubble); nan where the row has none: no interval."""
-    return row.get("spread", float("nan"))
+def _per_mb(r: dict) -> tuple[list, list]:
+    """Per step of a row: a stage's busy ms per micro-batch, step*(1 - bubble)/m, and the step's
+    ms per micro-batch, step/m (the micro-batch size is fixed, so these should not grow with m)."""
+    steps, bub = r.get("steps ms") or [], r.get("bubbles") or []
+    return [s * (1 - b) / r["m"] for s, b in zip(steps, bub)], [s / r["m"] for s in steps]
 
 
-def _against(name: str, row: dict, expected: float, floor: float, source: str) -> str:
-    """`against` with the larger of `floor` and the row's ±; without an interval (one step),
-    INCONCLUSIVE: one value decides nothing."""
-    if math.isnan(_spread(row)):
-        return (f"{name}: {fmt(row['measured'])} measured vs {fmt(expected)} from {source}: {INCONCLUSIVE}, "
-                "one timed step gives no interval.")
-    return against(name, row["measured"], expected, tolerance=max(floor, _spread(row)), source=source)
+def _in_rounds(first: dict, last: dict) -> int:
+    """How many rounds pair the two rows' steps (both m's ran in the same rounds); 0 when they
+    did not (then each m is its own sample and the intervals are combined unpaired)."""
+    n = len(first.get("steps ms") or [])
+    both = first.get("m in rounds") and last.get("m in rounds")
+    return n if both and n == len(last.get("steps ms") or []) and n > 1 else 0
 
 
-def _groups(rows):
-    for p in sorted({r["stages"] for r in rows}):
-        for sched in ("gpipe", "1f1b"):
-            pts = sorted((r for r in rows if r["stages"] == p and r["schedule"] == sched),
-                         key=lambda r: r["m"])
-            if pts:
-                yield p, sched, pts
+def _work_per_mb(first: dict, last: dict) -> tuple[str, bool, bool]:
+    """(sentence, grew, fell): busy and step time per micro-batch at the first and last m; the
+    step's change decided per round (the ratio last/first within each round, its 95 % CI over the
+    rounds) where the m's ran in the same rounds, else against the two means' intervals combined."""
+    (b0, s0), (b1, s1) = _per_mb(first), _per_mb(last)
+    if len(s0) < 2 or len(s1) < 2:
+        return "the step time per micro-batch has no interval here (fewer than two steps)", False, False
+    (mb0, _), (mb1, _) = mean_and_ci(b0), mean_and_ci(b1)
+    (ms0, c0), (ms1, c1) = mean_and_ci(s0), mean_and_ci(s1)
+    busy = (f"a stage was busy {fmt(mb0, 'ms')} per micro-batch at m={first['m']} and {fmt(mb1, 'ms')} at "
+            f"m={last['m']} (step x (1 - bubble) / m)")
+    n = _in_rounds(first, last)
+    if n:
+        ratio, ci = mean_and_ci([y / x for x, y in zip(s0, s1)])
+        return (f"{busy}, and the step per micro-batch at m={last['m']} was {fmt(ratio)}x ± {fmt(ci)} that "
+                f"at m={first['m']} ({fmt(ms1, 'ms')} vs {fmt(ms0, 'ms')}; ratio within each round, 95 % CI "
+                f"over the {n} rounds)", ratio - ci > 1, ratio + ci < 1)
+    grew, fell = (differs(ms0, ms1, c0, c1) and ms1 > ms0), (differs(ms0, ms1, c0, c1) and ms1 < ms0)
+    return (f"{busy}, and the step took {fmt(ms0, 'ms')} ± {fmt(c0)} per micro-batch at m={first['m']} vs "
+            f"{fmt(ms1, 'ms')} ± {fmt(c1)} at m={last['m']}", grew, fell)
 
 
-def bubble(rows: list[dict], floor: float = BUBBLE_FLOOR) -> list[str]:
-    """Sentences on the bubble table (`runs.bubble_rows`, with its `spread` column)."""
-    out = []
-    for p, sched, pts in _groups(rows):
-        ms, spreads = [r["m"] for r in pts], [_spread(r) for r in pts]
-        out.append(trend(f"{sched} measured bubble (p={p})", ms, [r["measured"] for r in pts],
-                         x_name="m", spreads=spreads))
+def _m_effect(pts: list[dict], tag: str) -> str:
+    """Did micro-batches shrink the real-compute bubble, AND help? Decided from the first and last
+    m: a bubble fall counts as micro-batching helping only when the step time per micro-batch did
+    not grow beyond the intervals (a bubble also falls when busy time swells). Then why the bubble
+    sits where it does, from the run's numbers: overlap, idle, the formula's busy share."""
+    first, last = pts[0], pts[-1]
+    want = first["formula"] - last["formula"]
+    got, ci = first["measured"] - last["measured"], math.hypot(first["spread"], last["spread"])
+    how = ""
+    if _in_rounds(first, last):
+        got, ci = mean_and_ci([a - b for a, b in zip(first["bubbles"], last["bubbles"])])
+        how = f" (paired within each of the {_in_rounds(first, last)} rounds, 95 % CI over the rounds)"
+    head = (f"{tag}{last['schedule']} (p={last['stages']}), m={first['m']} -> m={last['m']}: {FORMULA} "
+            f"drops by {fmt(want)}, the measured bubble by {fmt(got)} ± {fmt(ci)}{how}")
+    work, grew, fell = _work_per_mb(first, last)
+    if not math.isnan(ci) and got > ci and grew:
+        verdict = (f"{head}: the measured bubble fell beyond the intervals, but {work}: the step per "
+                   "micro-batch GREW, so the bubble fell because busy time swelled (on shared cores the "
+                   "stages slow each other); this run does not show micro-batching helping the real compute.")
+    elif not math.isnan(ci) and got > ci:
+        verdict = (f"{head}: micro-batches shrank the bubble in this run, beyond the intervals, and the "
+                   f"step per micro-batch did not grow beyond them ({work}); " + (
+                       "it fell beyond them: micro-batching helped here." if fell else
+                       "nor did it fall beyond them: the step per micro-batch got no faster that this run can show."))
+    elif not math.isnan(ci) and -got > ci:
+        verdict = f"{head}: the bubble GREW with m in this run, beyond the intervals ({work})."
+    else:
+        verdict = f"{head}: {INCONCLUSIVE} whether micro-batches shrank it ({work})."
+    busy, alone = 1 - last["measured"], 1 - last["overlap"] - last["idle"]
+    turns = (f"Some stage computed without the others for {fmt(100 * alone)} % of the step, more than "
+             "they computed together: they mostly took turns, and that, not the fill and drain, set "
+             "this bubble." if alone > last["overlap"] else
+             f"Some stage computed without the others for {fmt(100 * alone)} % of the step, no more than "
+             "they computed together: this run does not show what set the bubble.")
+    return (f"{verdict} Why the bubble sits {fmt(last['measured'] - last['formula'])} above the formula at "
+            f"m={last['m']}: the formula, which counts only the fill and drain, expects each stage to "
+            f"compute {fmt(100 * (1 - last['formula']))} % of the step; here a stage computed "
+            f"{fmt(100 * busy)} % (1 - bubble): the stages computed at the same time for only "
+            f"{fmt(100 * last['overlap'])} % of the step and for {fmt(100 * last['idle'])} % none did "
+            f"({fmt(100 * first['idle'])} % at m={first['m']}: sends, the schedule's own work, waiting for "
+            f"a core). {turns}")
+
+
+def _overlap(pts: list[dict], tag: str) -> str:
+    r = pts[-1]
+    return (f"{tag}{r['schedule']} at m={r['m']} (p={r['stages']}), means of the steps: two stages "
+            f"computed at the same time for {fmt(100 * r['overlap'])} % of the step and none for "
+            f"{fmt(100 * r['idle'])} %; per micro-batch a forward took {fmt(r['F ms'], 'ms')} and a "
+            f"backward {fmt(r['B ms'], 'ms')} on a stage.")
+
+
+def real_compute(rows: list[dict], floor: float = BUBBLE_FLOOR, hardware: str = "") -> list[str]:
+    """The real-compute table: its bubbles (as `bubble`), whether m shrank them and helped (or
+    why this run cannot tell), overlap and idle, and GPipe vs 1F1B paired (bubble and step time).
+    Every sentence is labelled with the work and, when given, the hardware (e.g. CPU/gloo)."""
+    work = f"{REAL}, {hardware}" if hardware else REAL
+    tag = f"[{work}] "
+    out = bubble(rows, floor, work=work)
+    for _, _, pts in _groups(rows):
         if len(pts) > 1:
-            out.append(trend(f"{sched} gap to {FORMULA} (measured - formula, p={p})", ms,
-                             [r["measured"] - r["formula"] for r in pts], x_name="m", spreads=spreads))
-        last = pts[-1]
-        out.append(_against(f"{sched} bubble at m={last['m']} (p={p})", last, last["formula"], floor, FORMULA))
+            out.append(_m_effect(pts, tag))
+        out.append(_overlap(pts, tag))
+    out += schedules(rows, work=work) + schedules(rows, work=work, key="steps ms", what="step time",
+                                                  unit="ms")
+    fb = {sched: pts[-1] for _, sched, pts in _groups(rows)}
+    if len(fb) == 2:
+        g, f = fb["gpipe"], fb["1f1b"]
+        out.append(f"{tag}Per micro-batch at m={g['m']}, a forward/backward took {fmt(g['F ms'])}/"
+                   f"{fmt(g['B ms'])} ms under GPipe and {fmt(f['F ms'])}/{fmt(f['B ms'])} ms under 1F1B "
+                   "(means of the steps, not compared with an interval): no verdict on a difference; "
+                   f"the stages overlapped {fmt(100 * g['overlap'])} % of the step under GPipe and "
+                   f"{fmt(100 * f['overlap'])} % under 1F1B.")
     return out
 
 
-def schedules(rows: list[dict]) -> list[str]:
-    """1F1B's bubble beside GPipe's at each m both ran, per p. With equal stages the formula gives
-    both the same bubble; this says whether the run did, against the two rows' spreads."""
-    out = []
-    for p in sorted({r["stages"] for r in rows}):
-        by = {sched: {r["m"]: r for r in pts} for q, sched, pts in _groups(rows) if q == p}
-        ms = sorted(set(by.get("gpipe", {})) & set(by.get("1f1b", {})))
-        if not ms:
-            continue
-        lower, higher = [], []
-        for m in ms:
-            f, g = by["1f1b"][m], by["gpipe"][m]
-            if differs(f["measured"], g["measured"], _spread(f), _spread(g)):
-                (lower if f["measured"] < g["measured"] else higher).append(f"m={m}")
-        points = ", ".join(f"{by['1f1b'][m]['measured']:.3g} vs {by['gpipe'][m]['measured']:.3g} "
-                           f"at m={m}" for m in ms)
-        verdict = "; ".join(x for x in (
-            f"1F1B lower beyond the spreads at {', '.join(lower)}" if lower else "",
-            f"1F1B higher beyond the spreads at {', '.join(higher)}" if higher else "") if x)
-        out.append(f"1F1B vs GPipe bubble, p={p} ({points}; {FORMULA} gives both the same): "
-                   + (verdict + "." if verdict else f"no gap beyond the spreads ({INCONCLUSIVE})."))
-    return out
-
-
-def real_compute(rows: list[dict], floor: float = BUBBLE_FLOOR) -> list[str]:
-    """The bubble table of the real-compute run: as `bubble`, and each schedule's bubble at the
-    largest m beside 1 - 1/p, what stages that never work at the same time would show."""
-    out = bubble(rows, floor)
-    for p, sched, pts in _groups(rows):
-        last = pts[-1]
-        out.append(_against(f"{sched} bubble with real compute at m={last['m']} (p={p})", last, 1 - 1 / p,
-                            floor, "1 - 1/p, the bubble of stages that never work at the same time"))
-    return out
-
-
-PREDICTED = {"gpipe": ("m", lambda m, p: m), "1f1b": ("min(m, p)", lambda m, p: min(m, p))}
-
-
-def in_flight(rows: list[dict]) -> list[str]:
-    """1F1B's point, from the `max in flight` column: micro-batches a stage held at once."""
-    out = []
-    for p in sorted({r["stages"] for r in rows}):
-        held = {sched: [(r["m"], r["max in flight"]) for r in pts]
-                for q, sched, pts in _groups(rows) if q == p}
-        text = []
-        for sched, pairs in held.items():
-            name, rule = PREDICTED[sched]
-            kept = all(n == rule(m, p) for m, n in pairs)
-            text.append(f"{sched} held " + ", ".join(f"{n} at m={m}" for m, n in pairs)
-                        + (f" (= {name} in every run)" if kept else f" (not always {name})"))
-        line = f"Most micro-batches a stage held at once, p={p}: " + "; ".join(text) + "."
-        if len(held) == 2:
-            m, g = held["gpipe"][-1]
-            f = dict(held["1f1b"]).get(m)
-            if f is not None:
-                line += (f" At m={m}, 1F1B held {g / f:.2g}x fewer activations than GPipe." if f < g
-                         else f" At m={m}, 1F1B held no fewer than GPipe ({f} vs {g}).")
-        out.append(line)
-    return out
-
-
-def findings(tp_rows: list[dict], bubble_rows: list[dict]) -> list[str]:
-    """The summary before the key takeaways: TP exactness, the GPipe bubble's trend, 1F1B's memory."""
+def findings(tp_rows: list[dict], bubble_rows: list[dict], real_rows: list[dict] | None = None,
+             work: str = SLEEP, hardware: str = "") -> list[str]:
+    """The summary before the key takeaways: TP exactness, the bubble's change with m (stand-in,
+    and the real-compute run's verdict when it ran), 1F1B beside GPipe, what a stage held."""
     gpipe = [r for r in bubble_rows if r["schedule"] == "gpipe"] or bubble_rows
-    return [tp(tp_rows)[0], *(s for s in bubble(gpipe) if "measured bubble" in s),
-            *schedules(bubble_rows), *in_flight(bubble_rows)]
+    out = [tp(tp_rows)[0], *(s for s in bubble(gpipe, work=work) if "measured bubble" in s),
+           *schedules(bubble_rows, work=work), *in_flight(bubble_rows, work=work)]
+    if real_rows:
+        out += [s for s in real_compute(real_rows, hardware=hardware) if "drops by" in s or "1F1B vs GPipe" in s]
+    else:
+        out.append(f"No real-compute run here (REAL_COMPUTE_RUN off): every bubble above is the {work}'s.")
+    return out

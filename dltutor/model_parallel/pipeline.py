@@ -145,6 +145,22 @@ def measured_bubble(events_by_stage) -> float:
     return 1.0 - busy / (end - start)
 
 
+def busy_shares(events_by_stage) -> tuple[float, float]:
+    """(share of the step when two or more stages computed at once, share when none did). With
+    stages that strictly take turns the first is 0; the second is time no schedule formula counts:
+    sends, the schedule's own work, waiting for a core."""
+    start, end = step_span(events_by_stage)
+    marks = sorted({t for ev in events_by_stage for e in ev for t in e[2:]})
+    both = none = 0.0
+    for a, b in zip(marks, marks[1:]):
+        mid = (a + b) / 2
+        busy = sum(any(e[2] <= mid < e[3] for e in ev) for ev in events_by_stage)
+        both += (b - a) if busy >= 2 else 0.0
+        none += (b - a) if busy == 0 else 0.0
+    span = end - start
+    return (both / span, none / span) if span > 0 else (0.0, 0.0)
+
+
 def max_in_flight(events) -> int:
     """Most micro-batches whose forward has run on this stage but whose backward has not: how
     many micro-batches' activations the stage holds at once."""

@@ -3,7 +3,8 @@ by torch.distributed.pipelining with the GPipe and 1F1B schedules on m micro-bat
 
 First each schedule is checked against the whole model on one process (every rank also builds
 the whole model from the same seed): the mean micro-batch loss and every stage's gradients.
-Then each (schedule, m) is timed: every forward and backward of every micro-batch on every stage
+Then each (schedule, m) is timed, all of them interleaved in rounds (one step of each per round,
+the order rotated): every forward and backward of every micro-batch on every stage
 is recorded (start, end), and rank 0 reports the records, the measured bubble
 1 - busy/span beside the formula (p-1)/(m+p-1), and the most micro-batches a stage held at once.
 The micro-batch size is fixed, so each micro-batch costs the same whatever m is.
@@ -25,6 +26,7 @@ import torch.distributed as dist  # PP:
 
 from dltutor.core import dist as ddist
 from dltutor.core import flags
+from dltutor.core.rounds import rotated
 from dltutor.core.device import backend, hardware_label
 from dltutor.model_parallel import pipeline as P
 
@@ -47,7 +49,7 @@ def parse_args(argv=None):
     p.add_argument("--check-microbatches", type=flags.positive_int, default=4,
                    help="m of the equivalence check against the whole model (at least the stages)")
     p.add_argument("--steps", type=flags.positive_int, default=3,
-                   help="timed steps per (schedule, m); the median bubble is reported")
+                   help="timed steps per (schedule, m), the schedules interleaved step by step")
     p.add_argument("--work", choices=["compute", "sleep"], default="compute",
                    help="what a stage spends its time on: the blocks' real compute, or the blocks "
                         "plus a fixed sleep (a labelled stand-in that needs no CPU)")
@@ -99,41 +101,65 @@ def check(name, a, ctx, whole, ref_blocks, part) -> dict:
             "loss_err": abs(loss - ref_loss) if losses else None, "grad_err": max(errs)}
 
 
-def timed(name, m, a, ctx, part) -> dict:
-    stage = P.TimedStage(part, ctx.rank, ctx.world_size, ctx.device)   # PP:
-    sched = P.make_schedule(name, stage, m, P.mse)                     # PP:
-    x, y = batch(a, m, ctx.device, a.seed + 2)
-    steps = []
-    for i in range(a.steps + 1):                                       # step 0 warms up
-        part.zero_grad(set_to_none=True)
-        dist.barrier()                                                 # PP: one start line
-        stage.start_clock()
-        P.run_step(sched, stage, x, y, ctx.rank == 0, ctx.rank == ctx.world_size - 1)
-        events = [None] * ctx.world_size
-        dist.all_gather_object(events, stage.events)                   # PP:
-        if i:
-            steps.append(events)
+def timed(names, m, a, ctx, part) -> list[dict]:
+    """The schedules in `names` at one m, interleaved (`timed_all` with one m)."""
+    return timed_all({m: names}, a, ctx, part)
+
+
+def timed_all(plan, a, ctx, part) -> list[dict]:
+    """Every (schedule, m) of `plan` ({m: schedule names}) INTERLEAVED: round i runs one step of
+    each m, the m's in rotated order, and at each m one step of each schedule, rotated too
+    (dltutor.core.rounds), so a slow spell of the machine hits every m and every schedule; step i
+    of each is round i's, a pair with any other's. Per (schedule, m): every step's bubble, span
+    and overlap, and the median-bubble step's events."""
+    kit = {(n, m): P.TimedStage(part, ctx.rank, ctx.world_size, ctx.device)        # PP:
+           for m, names in plan.items() for n in names}
+    scheds = {(n, m): P.make_schedule(n, kit[n, m], m, P.mse) for n, m in kit}      # PP:
+    data = {m: batch(a, m, ctx.device, a.seed + 2) for m in plan}
+    steps = {key: [] for key in kit}
+    for i in range(a.steps + 1):                                       # round 0 warms up
+        for m in rotated(list(plan), i):
+            x, y = data[m]
+            for n in rotated(plan[m], i):
+                stage = kit[n, m]
+                part.zero_grad(set_to_none=True)
+                dist.barrier()                                         # PP: one start line
+                stage.start_clock()
+                P.run_step(scheds[n, m], stage, x, y, ctx.rank == 0, ctx.rank == ctx.world_size - 1)
+                events = [None] * ctx.world_size
+                dist.all_gather_object(events, stage.events)           # PP:
+                if i:
+                    steps[n, m].append(events)
+    return [dict(summary(n, m, ctx.world_size, steps[n, m]), m_in_rounds=len(plan) > 1)
+            for m, names in plan.items() for n in names]
+
+
+def summary(name, m, p, steps) -> dict:
+    """One (schedule, m): per-step bubble, span, overlap and idle; the median-bubble step's records."""
     bubbles = [P.measured_bubble(ev) for ev in steps]
     mid = steps[bubbles.index(statistics.median_low(bubbles))]
     start, end = P.step_span(mid)
-    return {"schedule": name, "m": m, "stages": ctx.world_size,
+    shares = [P.busy_shares(ev) for ev in steps]
+    return {"schedule": name, "m": m, "stages": p,
             "bubble": statistics.median_low(bubbles), "bubbles": bubbles,
-            "formula": P.bubble_formula(ctx.world_size, m), "step_s": end - start,
+            "formula": P.bubble_formula(p, m), "step_s": end - start,
+            "steps_s": [P.step_span(ev)[1] - P.step_span(ev)[0] for ev in steps],
+            "overlaps": [s[0] for s in shares], "idles": [s[1] for s in shares],
             "in_flight": [P.max_in_flight(ev) for ev in mid], "mean_s": P.mean_times(mid),
-            "events": mid}
+            "steps_mean_s": [P.mean_times(ev) for ev in steps], "events": mid}
 
 
 def run(a, ctx) -> dict:
     """Checks, then timings, on the process group `ctx` belongs to; returns the metrics."""
     whole, ref_blocks, part = stage_setup(a, ctx)
     checks = [check(name, a, ctx, whole, ref_blocks, part) for name in a.schedules]
-    runs, skipped = [], []
-    for name in a.schedules:
-        for m in a.microbatches:
-            if name == "1f1b" and m < ctx.world_size:
-                skipped.append(f"1f1b with m={m} < {ctx.world_size} stages (torch refuses it)")
-                continue
-            runs.append(timed(name, m, a, ctx, part))
+    plan, skipped = {}, []
+    for m in a.microbatches:                    # every m and schedule interleaved, in rounds
+        plan[m] = [n for n in a.schedules if not (n == "1f1b" and m < ctx.world_size)]
+        skipped += [f"1f1b with m={m} < {ctx.world_size} stages (torch refuses it)"
+                    for n in a.schedules if n not in plan[m]]
+    runs = timed_all(plan, a, ctx, part)
+    runs.sort(key=lambda r: a.schedules.index(r["schedule"]))    # GPipe rows first, m in order
     if ctx.rank == ctx.world_size - 1:
         for c in checks:
             print(f"check {c['schedule']:>5} m={c['m']}: loss {c['pipeline_loss']:.6f} vs whole "

@@ -6,7 +6,9 @@ block on one process (output, input gradient, every parameter gradient) and agai
 Per block it reports the errors, the all-reduces each direction made and their bytes (counted
 by the from-scratch layers, and by torch's CommDebugMode for DTensor) beside the formula
 tokens x d_model x 4 bytes, and the time of forward+backward split vs whole: every one of the
---iters runs (the two alternated) and the fastest of each.
+--iters runs (the two alternated, run i of each a pair) and the fastest of each. "Whole" is ONE
+process alone (rank 0, the other ranks waiting) with as many threads as the ranks have cores
+between them, so the split is timed against one process on the same cores.
 Every rank holds the same input (tensor-parallel ranks share the batch).
 
 Launch forms (run in this lab's folder):
@@ -27,6 +29,7 @@ import torch.distributed as dist  # TP:
 from dltutor.core import dist as ddist
 from dltutor.core import flags
 from dltutor.core.device import backend, hardware_label, synchronize
+from dltutor.core.env import cpu_cores
 from dltutor.model_parallel import dtensor_tp as D
 from dltutor.model_parallel import tensor as T
 
@@ -65,20 +68,32 @@ def fwd_bwd(block, x):
     return out.detach(), x.grad
 
 
-def timed_ms(blocks, x, iters: int, dev) -> list[list[float]]:
+def timed_ms(blocks, x, iters: int, dev, alone=(), threads: int = 1) -> list[list[float]]:
     """Forward+backward times (ms) of each block in `blocks`, `iters` runs each, the blocks
     alternated run by run so that whatever else the machine does hits all of them alike. One
-    untimed run of each first warms up."""
+    untimed run of each first warms up. Blocks whose index is in `alone` run on rank 0 only, with
+    `threads` intra-op threads, while the other ranks wait at a barrier: one process alone on the
+    cores the ranks share (their lists stay empty on the other ranks)."""
     times = [[] for _ in blocks]
+    group = dist.is_initialized() and dist.get_world_size() > 1
     for i in range(iters + 1):
         for k, block in enumerate(blocks):
-            synchronize(dev)
-            t = time.perf_counter()
-            fwd_bwd(block, x)
-            synchronize(dev)
-            if i:
-                times[k].append((time.perf_counter() - t) * 1e3)
-            block.zero_grad(set_to_none=True)
+            solo = k in alone
+            if group and solo:
+                dist.barrier()                   # everyone idle before the solo run starts
+            if not solo or not group or dist.get_rank() == 0:
+                saved = torch.get_num_threads()
+                torch.set_num_threads(threads if solo else saved)
+                synchronize(dev)
+                t = time.perf_counter()
+                fwd_bwd(block, x)
+                synchronize(dev)
+                if i:
+                    times[k].append((time.perf_counter() - t) * 1e3)
+                torch.set_num_threads(saved)
+                block.zero_grad(set_to_none=True)
+            if group and solo:
+                dist.barrier()
     return times
 
 
@@ -101,11 +116,18 @@ def one_block(name, full, split_cls, x, a, ctx, mesh) -> dict:
         "out_err": (out - out_ref).abs().max().item(),
         "dx_err": (dx - dx_ref).abs().max().item(),
         "grad_err": T.max_grad_error(full, split, rank, world),
+        "out_scale": out_ref.abs().max().item(), "dx_scale": dx_ref.abs().max().item(),
+        "grad_scale": max(p.grad.abs().max().item() for p in full.parameters()),
         "dtensor_out_err": (out_dt - out_ref).abs().max().item(),
         "dtensor_grad_err": max((whole[n] - p.grad).abs().max().item() for n, p in ref.items()),
         "scratch_vs_dtensor_err": max(
             max((out - out_dt).abs().max().item(), (dx - xd.grad).abs().max().item()),
             max((p.grad - shards[n]).abs().max().item() for n, p in split.named_parameters())),
+        "scratch_vs_dtensor_rel": max(  # each part relative to the whole block's largest value
+            (out - out_dt).abs().max().item() / out_ref.abs().max().item(),
+            (dx - xd.grad).abs().max().item() / dx_ref.abs().max().item(),
+            max((p.grad - shards[n]).abs().max().item() for n, p in split.named_parameters())
+            / max(q.grad.abs().max().item() for q in full.parameters())),
         "sharded_params": sorted(n for n, k in kinds.items() if k != "whole"),
         "allreduce_forward": log.count("forward"), "allreduce_backward": log.count("backward"),
         "bytes_forward": log.nbytes("forward"), "bytes_backward": log.nbytes("backward"),
@@ -113,16 +135,23 @@ def one_block(name, full, split_cls, x, a, ctx, mesh) -> dict:
         "dtensor_collectives": counts,
         "params_full": sum(p.numel() for p in full.parameters()),
         "params_per_rank": sum(p.numel() for p in split.parameters()),
-        **timings(full, split, x, a.iters, dev),
+        **timings(full, split, x, a.iters, dev, world),
     }
 
 
-def timings(full, split, x, iters: int, dev) -> dict:
-    """The whole and the split block timed alternately: every run (ms) and the fastest of each
-    (interference only ever adds time, so the fastest run is the least disturbed one)."""
-    whole, parts = timed_ms([full, split], x, iters, dev)
-    return {"ms_whole": min(whole), "ms_split": min(parts), "ms_whole_runs": whole,
-            "ms_split_runs": parts, "timed_runs": iters}
+def whole_threads(world: int, dev) -> int:
+    """Threads of the one-process baseline: the cores the `world` ranks share (1 on a GPU)."""
+    return 1 if dev.type != "cpu" else max(1, min(world, cpu_cores()))
+
+
+def timings(full, split, x, iters: int, dev, world: int = 1) -> dict:
+    """The whole block (rank 0 ALONE, on the cores the ranks share) and the split block (every
+    rank) timed alternately, run i of each a pair: every run (ms) and the fastest of each."""
+    threads = whole_threads(world, dev)
+    whole, parts = timed_ms([full, split], x, iters, dev, alone=(0,), threads=threads)
+    return {"ms_whole": min(whole) if whole else float("nan"), "ms_split": min(parts),
+            "ms_whole_runs": whole, "ms_split_runs": parts, "timed_runs": iters,
+            "whole_threads": threads, "cores": cpu_cores() if dev.type == "cpu" else None}
 
 
 def run(a, ctx) -> dict:
@@ -142,7 +171,8 @@ def run(a, ctx) -> dict:
                   f"DTensor err {r['dtensor_out_err']:.1e}; all-reduces fwd/bwd "
                   f"{r['allreduce_forward']}/{r['allreduce_backward']} of {r['bytes_forward']} B "
                   f"(formula {r['formula_bytes']} B); fastest of {r['timed_runs']}: "
-                  f"{r['ms_whole']:.1f} ms whole, {r['ms_split']:.1f} ms split")
+                  f"{r['ms_whole']:.1f} ms whole (1 process alone, {r['whole_threads']} thread(s)), "
+                  f"{r['ms_split']:.1f} ms split")
     return dict(blocks=rows, hardware=hardware_label(ctx.device), d_model=a.d_model,
                 hidden=a.hidden, heads=a.heads, batch=a.batch, seq=a.seq)
 
