@@ -51,13 +51,12 @@ def test_formats_cold_shards_vs_files_each_way():
 def test_formats_flags_a_pass_that_was_not_what_it_asked_for():
     rows = _reads(500, 1500)
     rows[0] = _read("files", "cold", 500, cache="partly cached")
-    assert "The cold pass of files found 0% of its files in RAM (partly cached)" in F.formats(rows)[-1]
+    assert "The cold passes of files found 0% of its files in RAM on average (partly cached)" in F.formats(rows)[-1]
     assert not any("found" in s for s in F.formats(_reads(500, 1500)))
 
 
 def _sweep(w2_rate, pf8_rate, spread=1.0):
-    return [_read("files", "cold", 1000, spread, workers=0, prefetch=2),
-            _read("files", "cold", 1000, spread, workers=0, prefetch=8),
+    return [_read("files", "cold", 1000, spread, workers=0, prefetch="n/a"),
             _read("files", "cold", w2_rate, spread, workers=2, prefetch=2),
             _read("files", "cold", pf8_rate, spread, workers=2, prefetch=8)]
 
@@ -71,7 +70,7 @@ def test_workers_each_way():
     noisy = F.workers(_sweep(1050, 2000, spread=100))
     assert INCONCLUSIVE in noisy[0]
     assert "prefetch_factor=8 2,000 samples/s vs prefetch_factor=2 1,050" in noisy[1] and INCONCLUSIVE not in noisy[1]
-    assert noisy[-1] == "Time to the first batch (one pass each, no spread): 10 ms with 0 workers, 30 ms with 2 workers."
+    assert noisy[-1] == "Time to the first batch (mean over passes): 10 ms with 0 workers, 30 ms with 2 workers."
 
 
 def _rank(rank, mode, rate, once=True, spread=1.0):
@@ -83,7 +82,8 @@ def test_sharding_each_way():
     out = F.sharding([_rank(0, "file-level shards", 900), _rank(1, "file-level shards", 1100),
                       _rank(0, "DistributedSampler", 300), _rank(1, "DistributedSampler", 500)])
     assert out[0] == "file-level shards: samples per rank 256, 256; every sample read exactly once."
-    assert "file-level shards (shards) is 2.50x DistributedSampler (shards)" in out[2]
+    assert "file-level shards (shards) 1,000 samples/s ±0.707 vs DistributedSampler (shards) 400" in out[2]
+    assert "not decided by one pass" in out[2] and "2.50x" not in out[2]     # one pass per rank decides nothing
     out = F.sharding([_rank(0, "file-level shards", 300, once=False), _rank(0, "DistributedSampler", 320, spread=30)])
     assert "NOT every sample exactly once" in out[0] and INCONCLUSIVE in out[2]
 
@@ -113,7 +113,7 @@ def test_starving_light_starved_heavy_fed_and_the_reverse():
     tl = {"light + files/w0": _steps(9, 1), "light + memmap/w0": _steps(1, 9),
           "heavy + files/w0": _steps(1, 9), "heavy + memmap/w0": _steps(1, 99)}
     out = F.starving(tl)
-    assert out[0].startswith("files/w0: wait share light 90% vs heavy 10%: light is 9.00x heavy")
+    assert out[0].startswith("files/w0: wait share (pp: percentage points) light 90% vs heavy 10%: light is 9.00x heavy")
     assert out[1].startswith("files/w0, light vs heavy: wait per step 9 ms vs 1 ms (9x)")   # absolute wait too
     assert "light model: starved (wait > 50% of the step) on 1 of 2 pipelines (files/w0)" in out[4]
     assert "heavy model: starved (wait > 50% of the step) on 0 of 2 pipelines" in out[5]
@@ -133,7 +133,8 @@ def test_starving_inside_the_spread_is_inconclusive():
 def test_exercise_prints_what_was_measured():
     tl = {"mlp + files/w0": _steps(8, 2), "mlp + memmap/w0": _steps(0.2, 2)}
     out = F.exercise(tl)
-    assert out[0].startswith("mlp + files/w0: a batch arrived after 8 ms of waiting, the step computed 2 ms")
+    assert out[0].startswith("mlp + files/w0: on average a batch arrived after 8 ms of waiting, the step computed 2 ms "
+                             "(means over 5 steps); wait share 80% ± 0 pp")
     assert out[0].endswith("-> starved.") and out[1].endswith("-> fed.")
     assert out[-1] == "Starved in this run: mlp + files/w0."
     assert F.exercise({"mlp + files/w0": _steps(0.2, 2)})[-1] == "Starved in this run: none."
@@ -167,23 +168,23 @@ def _pass(rate, seconds, spread, workers=0, prefetch=2):
             "cache": "cold", "samples_per_s": rate, "seconds": seconds, "spread_per_s": spread}
 
 
-def test_repeats_show_the_noise_between_passes():
+def test_repeats_compare_the_sections_means():
     out = F.repeats([_pass(7521, 1.3, 300), _pass(4464, 2.2, 480), _pass(4464, 2.2, 480),
                      _pass(3000, 3.0, 10, workers=1, prefetch=2), _pass(6000, 1.5, 10, workers=1, prefetch=8)])
     assert len(out) == 1                                      # prefetch 2 and 8 are not repeats
-    assert out[0].startswith("files (shuffled, 0 workers, batch 128, cold) was read 2 times: 7,521 samples/s, "
-                             "4,464 samples/s. The passes lie up to 3,057 samples/s (68%) apart")
-    assert "is not an effect here" in out[0]
+    assert out[0].startswith("files (shuffled, 0 workers, batch 128, cold) was measured in 2 sections: "
+                             "7,521 samples/s ±300, 4,464 samples/s ±480. They lie 3,057 samples/s (68%) apart")
+    assert "conditions changed between sections" in out[0] and "is not measured" in out[0]
     agree = F.repeats([_pass(1000, 1.0, 50), _pass(1050, 1.1, 50)])[0]
-    assert agree.endswith("the passes agree within their intervals.")
-    assert F.repeats([_pass(1000, 1.0, 50)])[0].startswith("No configuration was read more than once")
+    assert "they agree within their intervals" in agree
+    assert F.repeats([_pass(1000, 1.0, 50)])[0].startswith("No configuration was measured in more than one")
 
 
 def test_sharding_over_two_formats_is_no_verdict_on_sharding():
     rows = [dict(_rank(0, "file-level shards", 1350), format="shards"),
             dict(_rank(0, "DistributedSampler", 1000), format="files")]
     line = F.sharding(rows)[-1]
-    assert "file-level shards (shards) 1,350 samples/s vs DistributedSampler (files)" in line
+    assert "file-level shards (shards) 1,350 samples/s ±1 vs DistributedSampler (files)" in line
     assert "mixes the format with the way of sharding" in line and "no verdict on sharding" in line
     same = [dict(r, format="shards") for r in rows]
     assert "mixes" not in F.sharding(same)[-1]
@@ -198,7 +199,8 @@ def test_wait_is_compared_in_ms_not_only_as_a_share():
     tl = {"light + files/w0": _steps(7, 0.5), "heavy + files/w0": _steps(16, 109)}
     out = F.starving(tl)
     both = next(s for s in out if s.startswith("files/w0, light vs heavy: wait per step 7 ms vs 16 ms (0.438x)"))
-    assert "the shares alone would misread the pipeline" in both
+    assert "the share rose although the wait per step fell; the compute was 0.00459x as long, so the share " \
+           "alone misreads the pipeline" in both
     assert "same model" not in both
 
 
@@ -213,4 +215,4 @@ def test_mean_over_ranks_combines_the_rank_intervals():
     # two ranks ±40 each: the mean's ± is sqrt(40² + 40²) / 2 = 28.3, not the larger 40 (gap 50 > 40 combined; < 56.6)
     out = F.sharding([_rank(0, "file-level shards", 1000, spread=40), _rank(1, "file-level shards", 1000, spread=40),
                       _rank(0, "DistributedSampler", 950, spread=40), _rank(1, "DistributedSampler", 950, spread=40)])
-    assert "file-level shards (shards) is 1.05x DistributedSampler (shards)" in out[2], out[2]
+    assert "file-level shards (shards) 1,000 samples/s ±28.3 vs DistributedSampler (shards) 950 samples/s ±28.3" in out[2]

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from dltutor.io import formats, measure, sharding, source, starve
+from dltutor.io import rounds as rounds_
 
 META = "meta.json"
 
@@ -51,65 +52,82 @@ def sizes(root, fmts=formats.FORMATS) -> list[dict]:
 
 def read_share(fmt: str, root, rank: int = 0, world_size: int = 1, batch_size: int = 128,
                workers: int = 0, prefetch: int = 2, cold: bool = True, seed: int = 0,
-               split: str = "file-level") -> dict:
-    """One pass over this rank's share of format `fmt`: tar shards split by file (rank r reads
-    shards[r::W]) unless split="sampler"; the other formats, and the shards with split="sampler"
-    (each sample a seek into its shard), through a shuffled DistributedSampler over all samples."""
-    n = meta(root)["n"]
+               split: str = "file-level", max_batches: int | None = None) -> dict:
+    """One pass over this rank's share of format `fmt` (at most `max_batches` batches): tar shards
+    split by file (rank r reads shards[r::W]) unless split="sampler"; the other formats, and the
+    shards with split="sampler" (each sample a seek into its shard), through a shuffled
+    DistributedSampler over all samples (order set by `seed`). cold=False: the files are read once,
+    untimed, first, so that the pass finds them in the page cache."""
+    info = meta(root)
+    n = info["n"]
     paths = formats.files_of(fmt, root)
     if fmt == "shards" and split == "file-level":
         mine = sharding.shards_for_rank(paths, rank, world_size)
         ds = formats.dataset("shards", root, shards=mine)
+        held = sum(min(info["per_shard"], n - paths.index(p) * info["per_shard"]) for p in mine)
+        if not cold:
+            measure.warm_up(mine)
         row = measure.read_rate(lambda: measure.loader(ds, batch_size, workers, prefetch), mine,
-                                cold=cold)
+                                cold=cold, max_batches=max_batches, n_total=held)
         how = "file-level shards"
     else:
         from torch.utils.data.distributed import DistributedSampler
         ds = formats.ShardMembers(root) if fmt == "shards" else formats.dataset(fmt, root)
         sampler = DistributedSampler(ds, num_replicas=world_size, rank=rank, shuffle=True,
                                      seed=seed)
+        if not cold:
+            measure.warm_up(paths)
         row = measure.read_rate(lambda: measure.loader(ds, batch_size, workers, prefetch, sampler),
-                                paths, cold=cold, n_total=n)
+                                paths, cold=cold, n_total=n, max_batches=max_batches)
         how = "DistributedSampler" if world_size > 1 else "shuffled"
-    return dict(format=fmt, how=how, workers=workers, prefetch=prefetch, batch_size=batch_size,
-                **row)
+    return dict(format=fmt, how=how, workers=workers, prefetch=prefetch if workers else "n/a",
+                batch_size=batch_size, **row)
 
 
 def read_formats(root, fmts=formats.FORMATS, batch_size: int = 128, workers: int = 0,
-                 caches=("cold", "warm")) -> list[dict]:
-    """One single-process pass per format and cache state (warm right after the cold pass);
-    `asked` is the state asked for, `cache` the state mincore found before the pass."""
-    return [dict(read_share(fmt, root, batch_size=batch_size, workers=workers, cold=cache == "cold"),
-                 asked=cache) for fmt in fmts for cache in caches]
+                 caches=("cold", "warm"), rounds: int = 3, max_batches: int | None = None) -> list[dict]:
+    """Every format x cache state read in `rounds` interleaved rounds (`rounds.interleaved`), each
+    pass at most `max_batches` batches in a new shuffled order; one row per set-up, its samples/s
+    the mean over its passes with the 95 % interval over them. `asked` is the state asked for,
+    `cache` the state mincore found before the passes."""
+    configs = [(fmt, cache) for fmt in fmts for cache in caches]
+    passes = rounds_.interleaved(configs, rounds, lambda c, r: dict(
+        read_share(c[0], root, batch_size=batch_size, workers=workers, cold=c[1] == "cold", seed=r,
+                   max_batches=max_batches), asked=c[1]))
+    return rounds_.over_passes(passes)
 
 
 def worker_sweep(root, fmt: str, workers=(0, 1, 2), prefetch=(2, 8), batch_size: int = 128,
-                 cold: bool = True) -> list[dict]:
-    """read_share over num_workers x prefetch_factor. prefetch_factor means nothing without
-    workers, so num_workers=0 is measured once and its row repeated under each prefetch."""
-    rows = []
-    for w in workers:
-        if w == 0:
-            row = read_share(fmt, root, batch_size=batch_size, workers=0, cold=cold)
-            rows += [dict(row, prefetch=pf) for pf in prefetch]
-            continue
-        rows += [read_share(fmt, root, batch_size=batch_size, workers=w, prefetch=pf, cold=cold)
-                 for pf in prefetch]
-    return rows
+                 cold: bool = True, rounds: int = 3, max_batches: int | None = None) -> list[dict]:
+    """read_share over num_workers x prefetch_factor in `rounds` interleaved rounds, one row per
+    set-up (mean over passes, 95 % interval over them). prefetch_factor means nothing without
+    workers: num_workers=0 is one set-up, its prefetch "n/a"."""
+    configs = [(w, None) if w == 0 else (w, pf) for w in workers for pf in (prefetch[:1] if w == 0 else prefetch)]
+    passes = rounds_.interleaved(configs, rounds, lambda c, r: read_share(
+        fmt, root, batch_size=batch_size, workers=c[0], prefetch=c[1], cold=cold, seed=r,
+        max_batches=max_batches))
+    return rounds_.over_passes(passes)
 
 
-def stage(root, fmt: str, local_root, batch_size: int = 128, workers: int = 0) -> dict:
-    """Copy format `fmt` to `local_root` (what a job script does to node-local disk), and read one
-    cold pass from each place."""
+def stage(root, fmt: str, local_root, batch_size: int = 128, workers: int = 0, rounds: int = 3,
+          max_batches: int | None = None) -> dict:
+    """Copy format `fmt` to `local_root` (what a job script does to node-local disk), then cold
+    passes from each place in `rounds` interleaved rounds (mean over passes, 95 % interval over
+    them). The break-even compares whole-data-set passes (samples / mean samples/s)."""
     local_root = Path(local_root)
     shutil.rmtree(local_root / fmt, ignore_errors=True)
     copy = measure.copy_files(formats.files_of(fmt, root), root, local_root)
     (local_root / META).write_text((Path(root) / META).read_text())
-    shared = read_share(fmt, root, batch_size=batch_size, workers=workers, cold=True)
-    local = read_share(fmt, local_root, batch_size=batch_size, workers=workers, cold=True)
-    return dict(format=fmt, copy=copy, shared=shared, local=local,
+    places = {"shared": root, "local": local_root}
+    passes = rounds_.interleaved(list(places), rounds, lambda c, r: dict(read_share(
+        fmt, places[c], batch_size=batch_size, workers=workers, cold=True, seed=r,
+        max_batches=max_batches), place=c))
+    shared, local = rounds_.over_passes(passes) if passes[0]["config"] == "shared" else \
+        rounds_.over_passes(passes)[::-1]
+    n = meta(root)["n"]
+    return dict(format=fmt, n=n, copy=copy, shared=shared, local=local,
                 break_even_epochs=None if copy["same_device"] else
-                break_even(copy["seconds"], shared["seconds"], local["seconds"]))
+                break_even(copy["seconds"], n / shared["samples_per_s"], n / local["samples_per_s"]))
 
 
 def break_even(copy_s, shared_s, local_s):
@@ -130,13 +148,27 @@ def pipelines(root, names, batch_size: int):
 
 
 def timelines(root, models, names, steps: int, batch_size: int = 64, seed: int = 0,
-              threads: int | None = None) -> dict:
-    """'model + pipeline' -> starve.timeline rows, for every model name and pipeline name."""
+              threads: int | None = None, rounds: int = 1) -> dict:
+    """'model + pipeline' -> starve.timeline rows, for every model name and pipeline name. With
+    rounds > 1 each run is cut into `rounds` pieces, and round r runs one piece of every run in
+    rotated order (`rounds.rotated`), so a slow minute of the machine hits every run; each piece
+    starts a fresh loader (its step 0, the time to the first batch, is left out like the run's)
+    and continues the run's model and clock. Each row carries its piece, the share of the
+    format's files in RAM before the piece (`resident_before`) and the 1-minute load average."""
     import torch
-    out = {}
-    for model in models:
-        for name, make in pipelines(root, names, batch_size).items():
-            torch.manual_seed(seed)
-            out[f"{model} + {name}"] = starve.timeline(make(), starve.MODELS[model](), steps,
-                                                           threads=threads)
+    makers = pipelines(root, names, batch_size)
+    runs = [(m, n) for m in models for n in names]
+    torch.manual_seed(seed)
+    nets = {run: starve.MODELS[run[0]]() for run in runs}
+    out = {f"{m} + {n}": [] for m, n in runs}
+    per = [steps // rounds + (1 if k < steps % rounds else 0) for k in range(rounds)]
+    for r in range(rounds):
+        for m, n in rounds_.rotated(runs, r):
+            resident = measure.resident_fraction(formats.files_of(n.split("/w")[0], root))
+            load = rounds_.load_1m()
+            rows = starve.timeline(makers[n](), nets[(m, n)], per[r], threads=threads)
+            done = out[f"{m} + {n}"]
+            shift = done[-1]["start"] + done[-1]["wait_s"] + done[-1]["compute_s"] if done else 0.0
+            done += [dict(row, start=row["start"] + shift, piece=r, resident_before=resident,
+                          load_1m=load) for row in rows]
     return out

@@ -1,27 +1,27 @@
 """What notebook 07's measurements showed, in sentences built from their numbers
 (dltutor.core.findings): every comparison carries the run's own spread and says "inconclusive
-here" when the gap is inside it.
+here" when the gap is inside it, with what it would take to decide it.
 
-Every "±" is a 95 % confidence interval (`dltutor.core.spread`): of a read pass's samples/s from
-the times between its batches (`measure.rate_spread`), of a run's wait, compute and wait share from
-its per-step values (`starve.share_spread`, ...). A pass or run without one (nan: fewer than two
-batches or steps) decides nothing.
+Every "±" of a read rate is the 95 % confidence interval of the mean over that set-up's passes,
+timed in interleaved rounds (`dltutor.io.rounds`): the spread between passes, which covers the
+machine's slow minutes, not the narrower interval within one pass. A set-up without one (nan: one
+pass) decides nothing. The step timelines' sentences are in `findings_steps`.
 
-* `formats(reads)`: cold small files vs cold shards, raw arrays vs PNG files (warm), cold vs warm;
+* `formats(reads, device)`: cold and warm shards vs files, raw arrays vs PNG files, cold vs warm;
+* `passes(rows)`: per set-up, its passes, the spread over them and the load average with them;
 * `workers(sweep)`: each num_workers against 0, each prefetch_factor against the smallest;
 * `sharding(rows)`: every sample exactly once, file-level shards vs DistributedSampler per rank;
 * `staging(staged)`: the copy, shared vs local reads, and whether staging can pay off here;
-* `starving(timelines)`: each pipeline's wait share for the light and the heavy model;
-* `exercise(timelines)`: per run, the time a batch took to arrive beside the step's compute.
+* `starving`, `pipelines`, `exercise`: the timelines (`dltutor.io.findings_steps`).
 """
 from __future__ import annotations
 
 import math
+import os
 
 from dltutor.core.findings import INCONCLUSIVE, compare, differs, fmt
 from dltutor.core.spread import combined
-from dltutor.io.starve import (STARVED, compute_ms, compute_ms_spread, share_spread, summary, wait_ms,
-                               wait_ms_spread, wait_share)
+from dltutor.io.findings_steps import INCONCLUSIVE_LINE, exercise, pipelines, starving  # noqa: F401
 
 RATE = "samples/s"
 NAN = float("nan")   # no interval
@@ -31,18 +31,48 @@ def _rate(rows, **match):
     return next((r for r in rows if all(r.get(k) == v for k, v in match.items())), None)
 
 
-def _compare_rates(name_a, a, name_b, b) -> str:
-    return compare(name_a, a["samples_per_s"], name_b, b["samples_per_s"], unit=RATE,
-                   spread_a=a.get("spread_per_s", NAN), spread_b=b.get("spread_per_s", NAN))
+def needed(gap: float, spread: float, what: str = "passes") -> str:
+    """What deciding `gap` would take: the combined interval must shrink below it, and an
+    interval of a mean shrinks with the square root of the number of measurements."""
+    if not gap or math.isnan(spread) or spread <= gap:
+        return ""
+    k = spread / gap
+    return (f" To decide a gap this size the combined interval would have to shrink {k:.1f}x: "
+            f"about {k * k:.0f}x as many {what}.")
 
 
-def formats(reads: list[dict]) -> list[str]:
-    """Sentences on `bench.read_formats` rows (one pass per format and cache state)."""
-    out = []
+def _compare_rates(name_a, a, name_b, b, what: str = "passes") -> str:
+    sa, sb = a.get("spread_per_s", NAN), b.get("spread_per_s", NAN)
+    said = compare(name_a, a["samples_per_s"], name_b, b["samples_per_s"], unit=RATE,
+                   spread_a=sa, spread_b=sb)
+    if not differs(a["samples_per_s"], b["samples_per_s"], sa, sb):
+        said += needed(abs(a["samples_per_s"] - b["samples_per_s"]), combined(sa, sb), what)
+    return said
+
+
+def device_line(device: dict | None) -> list[str]:
+    """Where 'cold' reads came from: the block device, and what a virtual disk adds."""
+    if not device:
+        return []
+    line = f"The files are on /dev/{device['name']}"
+    if device.get("virtual"):
+        line += (f" (disk {device['disk']}, a virtual disk): 'cold' means cold for this machine's "
+                 "kernel only; the host behind a virtual disk may keep its own cache of the data, "
+                 "so a cold pass can run close to RAM speed.")
+    else:
+        line += f" (disk {device.get('disk')})."
+    return [line]
+
+
+def formats(reads: list[dict], device: dict | None = None) -> list[str]:
+    """Sentences on `bench.read_formats` rows (one row per format and cache state)."""
+    out = device_line(device)
     row = lambda fmt_, cache: _rate(reads, format=fmt_, asked=cache)  # noqa: E731
-    files, shards = row("files", "cold"), row("shards", "cold")
-    if files and shards:
-        out.append("Cold: " + _compare_rates("shards", shards, "small files", files))
+    for cache in ("cold", "warm"):
+        files, shards = row("files", cache), row("shards", cache)
+        if files and shards:
+            out.append(f"{cache.capitalize()}: " + _compare_rates("shards", shards, "small files", files)
+                       + (_why_shards_warm(shards, files) if cache == "warm" else ""))
     warm_files = row("files", "warm")
     for raw in ("memmap", "hdf5"):
         if warm_files and row(raw, "warm"):
@@ -51,23 +81,43 @@ def formats(reads: list[dict]) -> list[str]:
         cold, warm = row(fmt_, "cold"), row(fmt_, "warm")
         if cold and warm:
             out.append(f"{fmt_}: " + _warm_vs_cold(warm, cold))
-    out += [f"The {r['asked']} pass of {r['format']} found {r['resident_before']:.0%} of its files in RAM "
-            f"({r['cache']}): read that row as {r['cache']}." for r in reads if r["cache"] != r["asked"]]
+    out += [f"The {r['asked']} passes of {r['format']} found {r['resident_before']:.0%} of its files in RAM "
+            f"on average ({r['cache']}): read that row as {r['cache']}." for r in reads if r["cache"] != r["asked"]]
     return out
+
+
+def _why_shards_warm(shards: dict, files: dict) -> str:
+    """Warm, both pay one PNG decode per sample: what differs is the container."""
+    a, b = shards["samples_per_s"], files["samples_per_s"]
+    if not differs(a, b, shards.get("spread_per_s", NAN), files.get("spread_per_s", NAN)):
+        return ""
+    if a < b:
+        return (" Warm, both decode one PNG per sample and nothing comes from the device, so the gap "
+                "is the container: reading each member through Python's tarfile (a 512-byte header "
+                "parsed per member) cost more here than the open() per small file it saves. That saving "
+                "is largest where a lookup is slow (a parallel file system's metadata server); on this "
+                "machine the directory entries stay cached (section 2), so it cannot show.")
+    return (" Warm, both decode one PNG per sample, so the gap is the container: the open() per small "
+            "file that shards save cost more here than parsing the tar members.")
 
 
 def _warm_vs_cold(warm: dict, cold: dict) -> str:
     """Warm against cold. A warm page cache only takes device reads away, so a warm pass slower
-    than the cold one beyond the spreads is not an effect: it shows the passes varying more than
-    their within-pass spreads say."""
+    than the cold one beyond the spreads is not an effect; a gap inside them says the device (or
+    a cache behind it) delivered this format about as fast as RAM."""
     said = _compare_rates("warm", warm, "cold", cold)
     sa, sb = warm.get("spread_per_s", NAN), cold.get("spread_per_s", NAN)
-    if warm["samples_per_s"] >= cold["samples_per_s"] or not differs(warm["samples_per_s"],
-                                                                     cold["samples_per_s"], sa, sb):
+    if not differs(warm["samples_per_s"], cold["samples_per_s"], sa, sb):
+        if math.isnan(sa) or math.isnan(sb):
+            return said
+        return (said + f" The cold passes still read {cold['mb_per_s']:.3g} MB/s from the device, and the "
+                f"warm passes were {warm['samples_per_s'] / cold['samples_per_s']:.2f}x as fast on average: "
+                "for this format the cache's effect does not stand out from the noise between passes here.")
+    if warm["samples_per_s"] >= cold["samples_per_s"]:
         return said
     return (f"warm {fmt(warm['samples_per_s'], RATE)} vs cold {fmt(cold['samples_per_s'], RATE)}: warm "
             "was slower, which a page cache cannot cause (it only takes device reads away), so this "
-            f"gap is noise between two passes, larger than their within-pass spreads (±{fmt(sa)} and "
+            f"gap is noise between passes, larger than their intervals (±{fmt(sa)} and "
             f"±{fmt(sb)}): {INCONCLUSIVE}, no effect of the cache.")
 
 
@@ -82,60 +132,101 @@ def sizes(rows: list[dict]) -> list[str]:
     return out
 
 
+def passes(rows: list[dict]) -> list[str]:
+    """Per set-up (rows of `rounds.over_passes`): its passes' rates, the interval over them beside
+    the widest interval within one pass, and the 1-minute load average seen with them; then how
+    many passes' own (within-pass) intervals missed their set-up's mean over passes."""
+    out, missed, total = [], 0, 0
+    for r in rows:
+        if r.get("passes", 1) < 2:
+            continue
+        w = r["workers"]
+        name = (f"{r['format']}" + (f" ({r['place']})" if r.get("place") else "")
+                + f", {w} worker{'s' if w != 1 else ''}" + (f", prefetch {r['prefetch']}" if w else ""))
+        over, within = r.get("spread_per_s", NAN), r.get("within_spread_per_s", NAN)
+        for x, s in zip(r["pass_rates"], r.get("pass_spreads", [])):
+            if not math.isnan(s):
+                total += 1
+                missed += abs(x - r["samples_per_s"]) > s
+        out.append(f"{name}, {r['cache']}: {r['passes']} passes at "
+                   + ", ".join(fmt(x) for x in r["pass_rates"]) + f" {RATE}; ± over passes {fmt(over)}, "
+                   f"widest ± within one pass {fmt(within)}; 1-minute load average {r['load_1m']}.")
+    if total:
+        out.append(f"{missed} of {total} passes ({missed / total:.0%}) lie farther from their set-up's mean "
+                   "over passes than their own within-pass 95 % interval reaches (about 5 % would, if one "
+                   "pass's interval covered the noise between passes). Every verdict above uses the "
+                   "interval over passes.")
+    return out
+
+
 def repeats(rows: list[dict]) -> list[str]:
-    """The same configuration (format, split, workers, batch size, cache state) read more than once
-    in one notebook: how far its passes lie apart, beside each pass's own spread. A gap between
-    two single passes smaller than that is machine noise, not an effect."""
+    """The same configuration (format, split, workers, batch size, cache state) measured in more
+    than one section, minutes apart: do the sections' means (each over its passes) agree?"""
     groups = {}
     for r in rows:
         key = (r["format"], r.get("how"), r["workers"], r.get("batch_size"), r["cache"],
                r.get("prefetch") if r["workers"] else None)   # prefetch_factor needs workers
         mine = groups.setdefault(key, [])
-        if not any(r["seconds"] == q["seconds"] for q in mine):   # a row shown twice is one pass
+        if not any(r["seconds"] == q["seconds"] for q in mine):   # a row shown twice is one measurement
             mine.append(r)
     out = []
-    for (fmt_, how, w, batch, cache, _), passes in groups.items():
-        if len(passes) < 2:
+    for (fmt_, how, w, batch, cache, _), means in groups.items():
+        if len(means) < 2:
             continue
-        rates = [p["samples_per_s"] for p in passes]
-        spreads = [p.get("spread_per_s", NAN) for p in passes]
-        hi, lo = passes[rates.index(max(rates))], passes[rates.index(min(rates))]
+        rates = [p["samples_per_s"] for p in means]
+        spreads = [p.get("spread_per_s", NAN) for p in means]
+        hi, lo = means[rates.index(max(rates))], means[rates.index(min(rates))]
         gap = max(rates) - min(rates)
+        head = (f"{fmt_} ({how}, {w} workers, batch {batch}, {cache}) was measured in {len(means)} sections: "
+                + ", ".join(f"{fmt(x, RATE)} ±{fmt(s)}" for x, s in zip(rates, spreads)))
+        loads = ", ".join(str(p.get("load_1m", "n/a")) for p in means)
         if any(math.isnan(x) for x in spreads):
-            out.append(f"{fmt_} ({how}, {w} workers, batch {batch}, {cache}) was read {len(passes)} times: "
-                       + ", ".join(fmt(x, RATE) for x in rates) + f", up to {fmt(gap, RATE)} apart; a pass "
-                       f"too short for an interval (± n/a) leaves the noise between passes {INCONCLUSIVE}.")
-            continue
-        out.append(f"{fmt_} ({how}, {w} workers, batch {batch}, {cache}) was read {len(passes)} times: "
-                   + ", ".join(fmt(x, RATE) for x in rates)
-                   + f". The passes lie up to {fmt(gap, RATE)} ({gap / min(rates):.0%}) apart, while "
-                   f"each pass's own ± (95 % CI) was ±{fmt(min(spreads))} to ±{fmt(max(spreads))}"
-                   + (": passes minutes apart vary more than one pass's interval says, so a gap "
-                      f"between two single passes below {fmt(gap, RATE)} is not an effect here."
-                      if differs(max(rates), min(rates), hi.get("spread_per_s", NAN),
-                                 lo.get("spread_per_s", NAN)) else ": the passes agree within their intervals."))
-    return out or ["No configuration was read more than once here: no repeat to compare."]
+            out.append(head + f"; a measurement without an interval leaves the gap ({fmt(gap, RATE)}) {INCONCLUSIVE}.")
+        elif differs(max(rates), min(rates), hi.get("spread_per_s", NAN), lo.get("spread_per_s", NAN)):
+            out.append(head + f". They lie {fmt(gap, RATE)} ({gap / min(rates):.0%}) apart, more than their "
+                       f"intervals: conditions changed between sections (1-minute load average {loads}; what else "
+                       "differed, such as the cache of directory entries and inodes that no pass drops, is not "
+                       "measured), so compare only set-ups timed in the same interleaved rounds, as each section does.")
+        else:
+            out.append(head + f": they agree within their intervals (1-minute load average {loads}).")
+    return out or ["No configuration was measured in more than one section: no repeat to compare."]
 
 
 def workers(sweep: list[dict]) -> list[str]:
-    """Sentences on `bench.worker_sweep` rows (num_workers x prefetch_factor, one pass each)."""
-    pfs = sorted({r["prefetch"] for r in sweep})
-    base = _rate(sweep, workers=0, prefetch=pfs[0])
+    """Sentences on `bench.worker_sweep` rows (num_workers x prefetch_factor, mean over passes)."""
+    pfs = sorted({r["prefetch"] for r in sweep if r["workers"]})
+    base = _rate(sweep, workers=0)
+    name = lambda w: f"{w} worker" + ("s" if w != 1 else "")  # noqa: E731
     out = []
     for w in sorted({r["workers"] for r in sweep} - {0}):
-        out.append(_compare_rates(f"{w} workers", _rate(sweep, workers=w, prefetch=pfs[0]), "0 workers", base))
+        row = _rate(sweep, workers=w, prefetch=pfs[0])
+        line = _compare_rates(name(w), row, "0 workers", base)
+        if differs(row["samples_per_s"], base["samples_per_s"], row.get("spread_per_s", NAN),
+                   base.get("spread_per_s", NAN)) and row["samples_per_s"] < base["samples_per_s"]:
+            line += (f" {name(w)} and the main process shared {os.cpu_count()} cores (1-minute load "
+                     f"average {row.get('load_1m', 'n/a')}): with no idle core a worker adds a process, "
+                     f"not a core, and each pass paid its start ({1e3 * row['ttfb_s']:.0f} ms to the "
+                     "first batch).")
+        out.append(line)
         for pf in pfs[1:]:
-            out.append(f"{w} workers: " + _compare_rates(f"prefetch_factor={pf}", _rate(sweep, workers=w, prefetch=pf),
-                                                         f"prefetch_factor={pfs[0]}",
-                                                         _rate(sweep, workers=w, prefetch=pfs[0])))
-    ttfb = ", ".join(f"{1e3 * r['ttfb_s']:.0f} ms with {r['workers']} workers"
-                     for r in sweep if r["prefetch"] == pfs[0])
-    out.append(f"Time to the first batch (one pass each, no spread): {ttfb}.")
+            deep = _rate(sweep, workers=w, prefetch=pf)
+            line = f"{name(w)}: " + _compare_rates(f"prefetch_factor={pf}", deep, f"prefetch_factor={pfs[0]}", row)
+            if differs(deep["samples_per_s"], row["samples_per_s"], deep.get("spread_per_s", NAN),
+                       row.get("spread_per_s", NAN)):
+                line += (" This sweep has no training step whose pace could fluctuate, the case a deeper "
+                         "buffer is for, so the prediction above was no gap: this one is either a real "
+                         "effect of the buffer's depth on the reading itself or one of this cell's "
+                         f"{len(pfs) * len({r['workers'] for r in sweep} - {0})} "
+                         "comparisons crossing its 95 % line by chance; a second run of the notebook tells which.")
+            out.append(line)
+    ttfb = ", ".join(f"{1e3 * r['ttfb_s']:.0f} ms with {name(r['workers'])}"
+                     for r in sweep if not r["workers"] or r["prefetch"] == pfs[0])
+    out.append(f"Time to the first batch (mean over passes): {ttfb}.")
     return out
 
 
 def sharding(rows: list[dict]) -> list[str]:
-    """Sentences on the lab's per-rank rows (`runs.rows`)."""
+    """Sentences on the lab's per-rank rows (`runs.rows`): one pass per rank and way."""
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     out = []
     for mode in modes:
@@ -149,8 +240,18 @@ def sharding(rows: list[dict]) -> list[str]:
                    "spread_per_s": combined(*(r.get("spread_per_s", NAN) for r in rs)) / len(rs)}
                for m, rs in mean.items()}
         kind = {m: "/".join(dict.fromkeys(str(r.get("format")) for r in rs)) for m, rs in mean.items()}
-        line = "Mean per rank: " + _compare_rates(f"{modes[0]} ({kind[modes[0]]})", avg[modes[0]],
-                                                  f"{modes[1]} ({kind[modes[1]]})", avg[modes[1]])
+        a, b = avg[modes[0]], avg[modes[1]]
+        names = (f"{modes[0]} ({kind[modes[0]]})", f"{modes[1]} ({kind[modes[1]]})")
+        if differs(a["samples_per_s"], b["samples_per_s"], a["spread_per_s"], b["spread_per_s"]):
+            line = (f"Mean per rank: {names[0]} {fmt(a['samples_per_s'], RATE)} ±{fmt(a['spread_per_s'])} vs "
+                    f"{names[1]} {fmt(b['samples_per_s'], RATE)} ±{fmt(b['spread_per_s'])}: the gap "
+                    f"({fmt(abs(a['samples_per_s'] - b['samples_per_s']), RATE)}) is larger than their "
+                    f"within-pass intervals combined (±{fmt(combined(a['spread_per_s'], b['spread_per_s']))}), "
+                    "but each rank read one pass per way, so the spread between passes (which section 2's "
+                    f"± over passes includes) is not measured here: {INCONCLUSIVE}, not decided by one pass.")
+        else:
+            line = ("Mean per rank: " + _compare_rates(*names[:1], a, names[1], b, what="batches per rank")
+                    + " (The ± here is within one pass per rank, narrower than the spread between passes.)")
         if kind[modes[0]] != kind[modes[1]]:
             line += (f" The two read different formats ({kind[modes[0]]} vs {kind[modes[1]]}), so this "
                      "gap mixes the format with the way of sharding: it is no verdict on sharding "
@@ -160,10 +261,10 @@ def sharding(rows: list[dict]) -> list[str]:
 
 
 def staging(staged: dict) -> list[str]:
-    """Sentences on `bench.stage`: the copy, one cold pass from each place, the break-even."""
+    """Sentences on `bench.stage`: the copy, cold passes from each place, the break-even."""
     c = staged["copy"]
     out = [f"Copy: {c['mb']:.2f} MB (apparent size) in {c['seconds']:.2f} s ({c['src']} -> {c['dst']}).",
-           "Cold pass: " + _compare_rates("local", staged["local"], "shared", staged["shared"])]
+           "Cold passes: " + _compare_rates("local", staged["local"], "shared", staged["shared"])]
     if c["same_device"]:
         out.append("Both folders are on the SAME device here: whatever gap the line above shows is "
                    "not staging's doing, and no break-even can be computed.")
@@ -171,107 +272,4 @@ def staging(staged: dict) -> list[str]:
         be = staged["break_even_epochs"]
         out.append(f"Staging pays off after {be:.1f} epochs (copy time / seconds saved per pass)." if be else
                    "Staging never pays off here: the local pass was not faster than the shared one.")
-    return out
-
-
-def _starved(rows) -> str:
-    share, spread = wait_share(rows), share_spread(rows)
-    if not differs(share, STARVED, spread):
-        return "on the line"
-    return "starved" if share > STARVED else "fed"
-
-
-def starving(timelines: dict) -> list[str]:
-    """Sentences on `bench.timelines` over models x pipelines: each pipeline's wait share per model
-    (compared with the spreads), and which runs waited for data more than half of each step."""
-    runs = timelines
-    models = list(dict.fromkeys(n.split(" + ")[0] for n in runs))
-    pipes = list(dict.fromkeys(n.split(" + ")[1] for n in runs))
-    out = []
-    if len(models) >= 2:
-        a, b = models[:2]
-        for p in pipes:
-            out += _wait_both_ways(p, a, runs[f"{a} + {p}"], b, runs[f"{b} + {p}"])
-    state = {n: _starved(rows) for n, rows in runs.items()}
-    for m in models:
-        mine = [p for p in pipes if state[f"{m} + {p}"] == "starved"]
-        line = [p for p in pipes if state[f"{m} + {p}"] == "on the line"]
-        out.append(f"{m} model: starved (wait > {STARVED:.0%} of the step) on {len(mine)} of {len(pipes)} pipelines"
-                   + (f" ({', '.join(mine)})" if mine else "")
-                   + (f"; {INCONCLUSIVE_LINE} for {', '.join(line)}" if line else "") + ".")
-    split = [p for p in pipes if len({state[f"{m} + {p}"] for m in models} - {"on the line"}) > 1]
-    out.append("The same pipeline starved one model and fed another: " + ", ".join(split) + "." if split else
-               "No pipeline here clearly starved one model and fed another.")
-    return out
-
-
-def _ratio(a: float, b: float, sa: float, sb: float) -> str:
-    if math.isnan(sa) or math.isnan(sb):
-        return NO_INTERVAL
-    return f"{a / b:.3g}x" if b and differs(a, b, sa, sb) else INSIDE
-
-
-INSIDE, NO_INTERVAL = "inside the spreads", "no interval: too few steps"
-
-
-def _parts(rows) -> dict:
-    """A run's wait per step (ms), compute per step (ms) and wait share (%), each with its spread."""
-    return {"wait": (wait_ms(rows), wait_ms_spread(rows)),
-            "compute": (compute_ms(rows), compute_ms_spread(rows)),
-            "share": (100 * wait_share(rows), 100 * share_spread(rows))}
-
-
-def _two_runs(head: str, ra, rb, same_model: bool = False) -> str:
-    """Run a against run b in absolute wait, compute and share (a/b, or inside the spreads), and
-    what the share hides: a share can move only because the compute moved. `same_model`: the two
-    runs trained the same model, whose compute should not differ."""
-    pa, pb = _parts(ra), _parts(rb)
-    said = {k: _ratio(pa[k][0], pb[k][0], pa[k][1], pb[k][1]) for k in pa}
-    line = (f"{head}: wait per step {fmt(pa['wait'][0], 'ms')} vs {fmt(pb['wait'][0], 'ms')} ({said['wait']}), "
-            f"compute {fmt(pa['compute'][0], 'ms')} vs {fmt(pb['compute'][0], 'ms')} ({said['compute']}), "
-            f"wait share {pa['share'][0]:.3g}% vs {pb['share'][0]:.3g}% ({said['share']})")
-    sign = lambda k: 0 if said[k] in (INSIDE, NO_INTERVAL) else (1 if pa[k][0] > pb[k][0] else -1)  # noqa: E731
-    notes = []
-    if sign("share") and sign("wait") != sign("share"):
-        notes.append("the share moved while the wait per step did not move with it -- the compute did, "
-                     "so the shares alone would misread the pipeline")
-    if same_model and sign("compute"):
-        notes.append(f"the same model computed {said['compute']} as long per step here: the model "
-                     "did not change, so something else did (loader workers or other work taking the "
-                     "cores, or noise), and that moves the share too")
-    return line + (": " + "; ".join(notes) if notes else "") + "."
-
-
-def _wait_both_ways(pipe: str, a: str, ra, b: str, rb) -> list[str]:
-    """One pipeline feeding two models, in absolute wait and compute as well as in shares."""
-    return [f"{pipe}: wait share " + compare(a, 100 * wait_share(ra), b, 100 * wait_share(rb), unit="%",
-                                             spread_a=100 * share_spread(ra), spread_b=100 * share_spread(rb)),
-            _two_runs(f"{pipe}, {a} vs {b}", ra, rb)]
-
-
-def pipelines(timelines: dict) -> list[str]:
-    """Per model, each pipeline against the first one: wait per step, compute and share. The same
-    model's compute should not depend on its pipeline; when it does (workers taking cores, a busy
-    machine), the share moves without the pipeline changing."""
-    models = list(dict.fromkeys(n.split(" + ")[0] for n in timelines))
-    pipes = list(dict.fromkeys(n.split(" + ")[1] for n in timelines))
-    return [_two_runs(f"{m}, {p} vs {pipes[0]}", timelines[f"{m} + {p}"], timelines[f"{m} + {pipes[0]}"],
-                      same_model=True)
-            for m in models for p in pipes[1:] if f"{m} + {p}" in timelines]
-
-
-INCONCLUSIVE_LINE = "within the spread of the 50 % line (inconclusive here)"
-
-
-def exercise(timelines: dict) -> list[str]:
-    """Per run: how long a batch took to arrive beside the step's compute, and the verdict."""
-    out = []
-    for row, (name, rows) in zip(summary(timelines), timelines.items()):
-        verdict = _starved(rows)
-        out.append(f"{name}: a batch arrived after {fmt(row['wait_ms'], 'ms')} of waiting, the step "
-                   f"computed {fmt(row['compute_ms'], 'ms')}; wait share {row['wait_share']:.0%} "
-                   f"±{fmt(100 * row['share_spread'], '%')} -> "
-                   + (INCONCLUSIVE_LINE if verdict == "on the line" else verdict) + ".")
-    starved = sorted(n for n, rows in timelines.items() if _starved(rows) == "starved")
-    out.append("Starved in this run: " + (", ".join(starved) if starved else "none") + ".")
     return out

@@ -47,13 +47,14 @@ def plot_formats(rows, path=None):
     caches = list(dict.fromkeys(r["cache"] for r in rows))
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
     _grouped_bars(a, fmts, caches, {(r["format"], r["cache"]): r["samples_per_s"] for r in rows},
-                  "samples/s (higher is better, log scale)", log=True,
+                  "samples/s (higher is better)",
                   errors={(r["format"], r["cache"]): r.get("spread_per_s", NAN) for r in rows})
-    a.set_title("read throughput (bars: ± 95 % CI)")
+    a.set_title("read throughput, mean over passes (bars: ± 95 % CI over passes)")
     _grouped_bars(b, fmts, caches, {(r["format"], r["cache"]): 1e3 * r["ttfb_s"] for r in rows},
-                  "ms (lower is better, log scale)", log=True)
-    b.set_title("time to first batch")
-    fig.suptitle(f"One pass over the files, num_workers={rows[0]['workers']} {labels(DATA)}")
+                  "ms (lower is better)")
+    b.set_title("time to first batch, mean over passes")
+    fig.suptitle(f"{rows[0].get('passes', 1)} interleaved passes per set-up, num_workers={rows[0]['workers']} "
+                 f"{labels(DATA)}")
     return _save(fig, path)
 
 
@@ -61,11 +62,12 @@ def plot_workers(rows, path=None):
     """samples/s (left) and time-to-first-batch (right) against num_workers, one line per prefetch."""
     import matplotlib.pyplot as plt
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
-    for pf in sorted({r["prefetch"] for r in rows}):
-        sel = sorted((r for r in rows if r["prefetch"] == pf), key=lambda r: r["workers"])
+    base = [r for r in rows if not r["workers"]]   # prefetch_factor means nothing without workers
+    for pf in sorted({r["prefetch"] for r in rows if r["workers"]}):
+        sel = base + sorted((r for r in rows if r["workers"] and r["prefetch"] == pf), key=lambda r: r["workers"])
         ws = [r["workers"] for r in sel]
         a.errorbar(ws, [r["samples_per_s"] for r in sel], yerr=[r.get("spread_per_s", NAN) for r in sel],
-                   fmt="o-", capsize=3, label=f"prefetch_factor={pf} (mean ± 95 % CI)")
+                   fmt="o-", capsize=3, label=f"prefetch_factor={pf} (mean ± 95 % CI over passes)")
         b.plot(ws, [1e3 * r["ttfb_s"] for r in sel], "o-", label=f"prefetch_factor={pf}")
     for ax, unit in ((a, "samples/s (higher is better)"), (b, "time to first batch, ms")):
         ax.set_xlabel("DataLoader num_workers")
@@ -98,10 +100,12 @@ def plot_sharding(rows, path=None):
 
 
 def plot_staging(stage, path=None):
-    """The copy to 'node-local' disk beside one cold pass from each place (seconds)."""
+    """The copy to 'node-local' disk beside a whole-data-set cold pass from each place (seconds:
+    samples / mean samples/s over the interleaved passes)."""
     import matplotlib.pyplot as plt
     names = ["copy to local", "read from shared (cold)", "read from local (cold)"]
-    secs = [stage["copy"]["seconds"], stage["shared"]["seconds"], stage["local"]["seconds"]]
+    n = stage["n"]
+    secs = [stage["copy"]["seconds"]] + [n / stage[k]["samples_per_s"] for k in ("shared", "local")]
     fig, ax = plt.subplots(figsize=(9, 3))
     bars = ax.barh(names[::-1], secs[::-1], color=["tab:green", "tab:blue", "tab:orange"])
     for bar, s in zip(bars, secs[::-1]):
@@ -116,30 +120,35 @@ def plot_staging(stage, path=None):
 
 
 def plot_timeline(timelines, path=None):
-    """One row per run: when the step waited for data (red) and computed (blue), and the
-    compute share of the steady-state steps (the device's utilisation)."""
+    """Per model, one row per run: when the step waited for data (red) and computed (blue), each
+    model on its own time axis (a light model's 2 ms steps vanish on a heavy model's axis); no
+    edge lines, so a short segment keeps its colour. Right: the compute share after step 0."""
     import matplotlib.pyplot as plt
     from dltutor.io.starve import wait_share
-    names = list(timelines)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 0.6 * len(names) + 1.8),
-                               gridspec_kw=dict(width_ratios=[3, 1]))
-    for k, name in enumerate(names):
-        rows = timelines[name]
-        y = len(names) - 1 - k
-        a.broken_barh([(r["start"], r["wait_s"]) for r in rows], (y - 0.35, 0.7), color="tab:red")
-        a.broken_barh([(r["start"] + r["wait_s"], r["compute_s"]) for r in rows], (y - 0.35, 0.7),
-                      color="tab:blue")
-    a.set_yticks(range(len(names)), names[::-1])
-    a.set_xlabel("seconds since the loader was asked for its first batch")
-    a.set_xlim(left=0)
-    a.set_title("red: waiting for data, blue: training step")
-    util = [1 - wait_share(timelines[n]) for n in names]
-    bars = b.barh(names[::-1], util[::-1], color="tab:blue")
-    for bar, u in zip(bars, util[::-1]):
-        b.text(min(u, 0.75), bar.get_y() + bar.get_height() / 2, f" {u:.0%}", va="center")
-    b.axvline(0.5, color="grey", ls="--")
-    b.set_xlim(0, 1)
-    b.set_yticks([])
-    b.set_xlabel("compute share after step 0 (utilisation)")
+    models = list(dict.fromkeys(n.split(" + ")[0] for n in timelines))
+    per = {m: [n for n in timelines if n.split(" + ")[0] == m] for m in models}
+    fig, axes = plt.subplots(len(models), 2, figsize=(13, 0.6 * len(timelines) + 1.2 * len(models) + 1),
+                             gridspec_kw=dict(width_ratios=[3, 1], height_ratios=[len(per[m]) for m in models]),
+                             squeeze=False)
+    for (a, b), m in zip(axes, models):
+        names = per[m]
+        for k, name in enumerate(names):
+            rows, y = timelines[name], len(names) - 1 - k
+            a.broken_barh([(r["start"], r["wait_s"]) for r in rows], (y - 0.35, 0.7), color="tab:red",
+                          linewidth=0)
+            a.broken_barh([(r["start"] + r["wait_s"], r["compute_s"]) for r in rows], (y - 0.35, 0.7),
+                          color="tab:blue", linewidth=0)
+        a.set_yticks(range(len(names)), names[::-1])
+        a.set_xlim(left=0)
+        a.set_xlabel(f"seconds of the {m} runs' steps (own axis per model)")
+        util = [1 - wait_share(timelines[n]) for n in names]
+        bars = b.barh(names[::-1], util[::-1], color="tab:blue")
+        for bar, u in zip(bars, util[::-1]):
+            b.text(min(u, 0.75), bar.get_y() + bar.get_height() / 2, f" {u:.0%}", va="center")
+        b.axvline(0.5, color="grey", ls="--")
+        b.set_xlim(0, 1)
+        b.set_yticks([])
+    axes[0][0].set_title("red: waiting for data, blue: training step")
+    axes[-1][1].set_xlabel("compute share after step 0 (utilisation)")
     fig.suptitle(f"Data wait vs compute per step {labels(DATA)}")
     return _save(fig, path)

@@ -8,6 +8,7 @@ its BERT. The same pipeline can starve one model and feed another.
 """
 from __future__ import annotations
 
+import math
 import time
 
 from dltutor.core import device as _device
@@ -83,7 +84,7 @@ def _timeline(batches, model, steps, dev, lr):
 def wait_share(rows, skip_first: bool = True) -> float:
     """Share of step time spent waiting for data. The first step is left out by default: its wait
     is the time-to-first-batch (worker start-up), paid once, not the steady state."""
-    rows = rows[1:] if skip_first and len(rows) > 1 else rows
+    rows = _steady(rows, skip_first)
     wait = sum(r["wait_s"] for r in rows)
     total = wait + sum(r["compute_s"] for r in rows)
     return wait / total if total else 0.0
@@ -93,13 +94,17 @@ def share_spread(rows, skip_first: bool = True) -> float:
     """95 % confidence interval (half-width) of the wait share, from the per-step shares (step 0
     left out; `dltutor.core.spread.mean_ci`, nan below two steps)."""
     from dltutor.core.spread import mean_ci
-    rows = rows[1:] if skip_first and len(rows) > 1 else rows
+    rows = _steady(rows, skip_first)
     return mean_ci([r["wait_s"] / (r["wait_s"] + r["compute_s"]) for r in rows
                         if r["wait_s"] + r["compute_s"] > 0])
 
 
 def _steady(rows, skip_first: bool):
-    return rows[1:] if skip_first and len(rows) > 1 else rows
+    """The steps after each loader's first batch: step 0 of the run, and of every later piece of
+    it (`bench.timelines` with rounds > 1), is a time to the first batch, not the steady state."""
+    if not skip_first or len(rows) < 2:
+        return rows
+    return [r for k, r in enumerate(rows) if k and r.get("step") != 0] or rows[1:]
 
 
 def wait_ms(rows, skip_first: bool = True, key: str = "wait_s") -> float:
@@ -125,19 +130,29 @@ def compute_ms_spread(rows, skip_first: bool = True) -> float:
 
 
 def verdict(rows) -> str:
-    return "starved (I/O-bound)" if wait_share(rows) > STARVED else "fed (compute-bound)"
+    """starved / fed when the wait share's 95 % interval lies on one side of the 50 % line;
+    otherwise the interval straddles it: inconclusive."""
+    share, spread = wait_share(rows), share_spread(rows)
+    if math.isnan(spread) or abs(share - STARVED) <= spread:
+        return "on the line (inconclusive)"
+    return "starved (I/O-bound)" if share > STARVED else "fed (compute-bound)"
 
 
 def summary(timelines: dict) -> list[dict]:
-    """One row per (name -> rows): steps, mean wait and compute (ms), wait share, verdict."""
+    """One row per (name -> rows): steps, mean wait and compute (ms), wait share (± in percentage
+    points), verdict, and the files' cache state before the run where it was measured."""
+    from dltutor.io.measure import cache_state
     out = []
     for name, rows in timelines.items():
-        steady = rows[1:] if len(rows) > 1 else rows
+        steady = _steady(rows, True)
+        found = [r["resident_before"] for r in rows if "resident_before" in r]
         out.append(dict(run=name, steps=len(rows),
                         wait_ms=1e3 * sum(r["wait_s"] for r in steady) / len(steady),
                         compute_ms=1e3 * sum(r["compute_s"] for r in steady) / len(steady),
                         first_wait_ms=1e3 * rows[0]["wait_s"],
                         wait_share=wait_share(rows), share_spread=share_spread(rows),
+                        share_pp=f"{100 * wait_share(rows):.1f} ± {100 * share_spread(rows):.1f} pp",
+                        cache=cache_state(min(found)) if found else "n/a",
                         verdict=verdict(rows)))
     return out
 
