@@ -142,9 +142,11 @@ def test_nan_is_named_where_it_begins_and_reaches_every_rank():
 
 
 def test_loss_scaling_skips_the_step_and_halves_the_scale():
-    d = diagnose.first_nonfinite(run("nan", fault_rank=0, fault_step=2, loss_scale=True).steps())
+    out = run("nan", fault_rank=0, fault_step=2, loss_scale=True)
+    d = diagnose.first_nonfinite(out.steps())
     assert (d["rank"], d["step"]) == (0, 2) and d["params_nonfinite_ranks"] == [], d
     assert d["finite_again"] and d["scales"][0][1] == 2 * d["scales"][-1][1], d
+    assert diagnose.skipped_step(out.steps(), 2)["unchanged"] == [0, 1], out.steps()
 
 
 # ------------------------------------------------------------------ 6. a killed rank
@@ -159,6 +161,8 @@ def test_the_launcher_names_the_killed_rank(backend):
     else:   # the warm start waits STOP_GRACE before its SIGTERM: the survivor's error is kept
         assert list(k["survivors"]) == [0], (k, runs.launcher_lines(out))
         assert "stopping the other ranks in 1 s" in "\n".join(runs.launcher_lines(out)), out.failure
+        assert "killed by signal 9, SIGKILL" in k["message"], k
+        assert diagnose.killed(out)["grace_s"] == 1.0
     _nothing_left(out)
 
 

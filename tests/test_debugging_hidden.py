@@ -32,7 +32,8 @@ def test_each_fault_is_timed_from_its_first_naming_report():
     rows = hidden.time_to_message(hang=hang, order=quiet, shape=quiet, dtype=quiet,
                                   no_set_epoch=outcome("set_epoch", [step(1, 4, 10.5,
                                                                           same_ids_as_last_epoch=True)]),
-                                  drift=drift, slow=slow, nan=nan, killed=killed, slow_ms=120)
+                                  drift=drift, slow=slow, nan=nan, killed=killed, slow_ms=120,
+                                  group_timeout_s=5.0)
     by = {(r["section"], r["fault"]): r for r in rows}
     assert by[("1 hang", "skip")]["first_message_s"] == 5.02
     assert by[("1 hang", "skip")]["message"] == "rank 0: RuntimeError: Timed out waiting 5000ms"

@@ -34,7 +34,18 @@ WRITTEN_BEFORE_THE_RUN = [
     ("04", "The losses lie on top of each other"),
     ("06", "Measured bubbles fall with m as the formula does and sit above it"),
     ("06", "which you measured shrinking as m grows"),
+    ("06", "every run here is real, on"),
+    ("06", "It is exact by construction"),
+    ("06", "it only pays off on fast links: keep it inside a node"),
+    ("06", "what it cost on this machine's shared memory is in the TP findings"),
+    ("06", "as on a GPU, where the CPU only waits for the kernels"),
+    ("06", "DP outermost (one gradient all-reduce per step"),
+    ("06", "data parallelism is measured in notebooks 02–05"),
     ("07", "its device sits idle (red) most of each step"),
+    ("07", "The files are warm here (they were just read)"),
+    ("07", "only helps when the consumer is sometimes faster than the producers"),
+    ("07", "an all-reduce that never returns"),
+    ("07", "which is why I/O matters more on GPUs than on this CPU"),
 ]
 
 
@@ -68,3 +79,10 @@ def test_06_labels_the_seed_table_adapted_and_counts_stages_from_0():
     text = flat(markdown("06"))
     assert "adapted from seed 003" in text
     assert "between stages 2 and 3" not in text
+
+
+def test_06_lists_what_it_leaves_out_with_sources():
+    text = flat(markdown("06"))
+    at = text.index("What this notebook leaves out")
+    for source in ("arXiv:1909.08053", "arXiv:2205.05198", "arXiv:2104.04473", "arXiv:2401.10241"):
+        assert source in text[at:]

@@ -8,6 +8,7 @@ stragglers, NaN/inf and killed ranks, each made on purpose and found with the to
     diagnose.py         from the ranks' reports and logs: which rank, which step, which cause
     runs.py             in the kernel: run lab 08 with one fault and time the first naming message
     findings.py         the sentences the notebook prints from a run's numbers
+    straggler.py        the straggler runs said as one run each can: medians, ranges, rounded ratios
     scaling.py          loss scaling on overflows: torch's GradScaler and DeepSpeed's scaler, run
     hidden.py           how long each fault stayed hidden; the step tables of sections 3 and 5
     plots.py            the straggler's step anatomy; time from each fault to its first message

@@ -14,6 +14,8 @@ FINGERPRINT = re.compile(
     r"OpType=(\w+)(?:, TensorShape=\[([^\]]*)\])?(?:, TensorDtypes=(\w+))?.*?"
     r"but Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+),?\s*"
     r"OpType=(\w+)(?:, TensorShape=\[([^\]]*)\])?(?:, TensorDtypes=(\w+))?", re.S)
+CLOSING = re.compile(r"^[IWE](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) .*closing signal SIGTERM", re.M)
+GRACE = re.compile(r"stopping the other ranks in ([\d.]+) s")   # the course launcher's line
 TOLERANCE = 1e-5        # |update - (-lr x synced gradient)|: float32 rounding stays far below
 
 
@@ -73,20 +75,44 @@ def same_order(steps: list[dict]) -> dict:
 
 
 def straggler(steps: list[dict], skip_first: int = 1) -> dict:
-    """Per rank: mean step, compute (forward + what slowed it) and backward (which holds the wait
-    for the others in DDP's all-reduce); the slow rank is the one that computes longest."""
+    """Per rank: mean step, compute (forward + what slowed it), backward (which holds the wait
+    for the others in DDP's all-reduce) and the rest of the step, each with its median and the
+    range (lowest, highest) over the steps (the first `skip_first`, warm-up, left out), and the
+    steps' 95 % interval of the mean (`_ci`: it treats the steps of one run as independent, which
+    a drifting run's are not); the slow rank computes longest."""
+    from statistics import median
+
+    from dltutor.core.spread import mean_ci
     ranks = sorted({s["rank"] for s in steps})
     rows = []
     for r in ranks:
         mine = [s for s in steps if s["rank"] == r][skip_first:]
-        mean = lambda k: sum(s[k] for s in mine) / max(len(mine), 1)  # noqa: E731
-        rows.append({"rank": r, "steps": len(mine), "step_ms": 1e3 * mean("step_s"),
-                     "compute_ms": 1e3 * mean("compute_s"), "backward_ms": 1e3 * mean("backward_s")})
+        row = {"rank": r, "steps": len(mine)}
+        for key in ("step", "compute", "backward"):
+            ms = [1e3 * s[f"{key}_s"] for s in mine]
+            row[f"{key}_ms"] = sum(ms) / max(len(ms), 1)
+            row[f"{key}_ci"] = mean_ci(ms)
+            row[f"{key}_med"] = median(ms) if ms else float("nan")
+            row[f"{key}_lo"], row[f"{key}_hi"] = (min(ms), max(ms)) if ms else (0.0, 0.0)
+        row["rest_ms"] = row["step_ms"] - row["compute_ms"] - row["backward_ms"]
+        rows.append(row)
     slow = max(rows, key=lambda x: x["compute_ms"]) if rows else None
     others = [x for x in rows if slow and x["rank"] != slow["rank"]]
-    return {"rows": rows, "slow_rank": slow["rank"] if slow else None,
+    return {"rows": rows, "slow_rank": slow["rank"] if slow else None, "skipped": skip_first,
             "others_wait_ms": (sum(x["backward_ms"] for x in others) / len(others) -
                                slow["backward_ms"]) if others else 0.0}
+
+
+def skipped_step(steps: list[dict], step: int) -> dict:
+    """Whether `step` left every rank's parameters exactly as the step before left them (each
+    rank's own checksum `own_param_sum`, reported after every update): a skipped update."""
+    sums = {(s["rank"], s["step"]): s.get("own_param_sum") for s in steps}
+    ranks = sorted({s["rank"] for s in steps})
+    pairs = {r: (sums.get((r, step - 1)), sums.get((r, step))) for r in ranks}
+    known = {r: p for r, p in pairs.items() if None not in p}
+    return {"known": bool(known) and len(known) == len(ranks),
+            "unchanged": sorted(r for r, (a, b) in known.items() if a == b),
+            "changed": sorted(r for r, (a, b) in known.items() if a != b), "sums": known}
 
 
 def first_nonfinite(steps: list[dict]) -> dict:
@@ -108,9 +134,29 @@ def first_nonfinite(steps: list[dict]) -> dict:
             "scales": scales}
 
 
+def sigterm_t(launcher_text: str, near_t: float) -> float | None:
+    """When torchrun sent the surviving ranks SIGTERM: the time on its "Sending process N closing
+    signal SIGTERM" line (glog's local month, day and time), as a time.time() value; `near_t`
+    (the fault's time.time()) gives the year."""
+    import datetime as dt
+    m = CLOSING.search(launcher_text or "")
+    if not m or near_t is None:
+        return None
+    month, day, hms = int(m.group(1)), int(m.group(2)), m.group(3)
+    year = dt.datetime.fromtimestamp(near_t).year
+    when = dt.datetime.strptime(f"{year}-{month:02d}-{day:02d} {hms}", "%Y-%m-%d %H:%M:%S.%f")
+    return when.timestamp()
+
+
 def killed(out) -> dict:
-    """What the launcher said, the rank it blamed, what the survivors got and when."""
+    """What the launcher said, the rank it blamed, what the survivors got and when; for torchrun
+    also when it sent the survivors SIGTERM (`stop_after_s`, from its own log line)."""
     t0 = out.fault_t or 0.0
+    text = out.launcher_text() if hasattr(out, "launcher_text") else ""
+    grace = GRACE.search(text)
+    stop = sigterm_t(text, out.fault_t)
     return {"blamed": out.blamed, "message": first_line(out.failure or ""),
+            "grace_s": float(grace.group(1)) if grace else None,
+            "stop_after_s": stop - t0 if stop is not None and out.fault_t else None,
             "launcher_after_s": out.ended_t - t0 if out.fault_t else None,
-            "survivors": {r: (round(a, 3), first_line(e)[:160]) for r, (a, e) in out.caught.items()}}
+            "survivors": {r: (round(a, 3), first_line(e)) for r, (a, e) in out.caught.items()}}

@@ -166,4 +166,4 @@ def judge(ran, counts: list, dist_timeout: float) -> tuple[list[str], str]:
         return problems + ([hint] if hint else []), ""
     shape = "; ".join(" + ".join(map(str, c)) for c in counts)
     return [], (f"every rank finished all {len(counts)} cases and reported the sum over all ranks "
-                f"(values per rank in each case: {shape})")
+                f"(how many values each rank held, per case: {shape})")

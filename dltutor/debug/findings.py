@@ -6,7 +6,6 @@ show what the section is about, the sentence says that instead.
 """
 from __future__ import annotations
 
-from dltutor.core.findings import fmt
 from dltutor.debug import diagnose, stacks
 
 
@@ -15,34 +14,12 @@ def _after(out, rank) -> str:
     return f"{after:.2f} s" if after is not None else "never"
 
 
-def timing_row(section: str, out, after_s, message: str) -> dict:
-    """One row of the fault-to-message table."""
-    return {"section": section, "fault": out.fault, "fault_rank": out.fault_rank,
-            "first_message_s": after_s, "message": message[:110]}
-
-
-def first_message(section: str, out) -> dict:
-    """The earliest error any rank caught, and how long after the fault."""
-    if not out.caught:
-        return timing_row(section, out, None, "no rank raised anything")
-    rank, (after, error) = min(out.caught.items(), key=lambda kv: kv[1][0])
-    return timing_row(section, out, after, f"rank {rank}: {diagnose.first_line(error)}")
-
-
-def detected(section: str, out, pred, describe) -> dict:
-    """The first step report for which `pred` holds: seconds after the fault, and what it says."""
-    rows = [s for s in out.steps() if pred(s)]
-    if not rows or out.fault_t is None:
-        return timing_row(section, out, None, "no check fired")
-    first = min(rows, key=lambda s: s["t"])
-    return timing_row(section, out, max(first["t"] - out.fault_t, 0.0), describe(first))
-
-
 def hang(out, group_timeout_s: float) -> list[str]:
     d = diagnose.hang(out)
-    lines = [f"The fault struck rank {d['fault_rank']}; then nothing happened for "
-             f"{max(r['after_s'] for r in d['rows']):.2f} s: every rank waited in a collective "
-             f"until the group's timeout ({group_timeout_s:g} s) ended it."
+    lines = [f"The fault struck rank {d['fault_rank']}; then nothing happened: every rank waited "
+             f"in a collective until the group's timeout ({group_timeout_s:g} s) ended it; the "
+             f"first rank's error came {min(r['after_s'] for r in d['rows']):.3f} s after the "
+             f"fault, the last one's {max(r['after_s'] for r in d['rows']):.3f} s."
              if d["rows"] else "No rank raised an error in this run."]
     for r in d["rows"]:
         lines.append(f"rank {r['rank']} after {r['after_s']:.2f} s: {r['message']}")
@@ -84,7 +61,7 @@ def flight(out) -> list[str]:
                      for r, e in sorted(out.fr_last.items()))
     lines.append(f"The dumps' last entries: {last}.")
     lines += behind_ahead(fr.behind_and_ahead(out.fr_last), found)
-    lines.append(f"Adaptation needed on gloo: {fr.REKEYED}.")
+    lines.append(f"A fact of this torch, not a measurement of this run: {fr.REKEYED}.")
     return lines
 
 
@@ -96,8 +73,14 @@ def behind_ahead(pos: dict | None, found: list[dict]) -> list[str]:
         return [f"Every rank stopped at collective #{pos['seq']}: none is behind another."]
     b, seq, op = pos["behind"], pos["seq"], pos["op"]
     ahead = "; ".join(f"rank {r} at #{pos['last'][r][0]} {pos['last'][r][1]}" for r in pos["ahead"])
-    out = [f"Behind: rank(s) {b}, whose last recorded collective is #{seq} {op} (state "
-           f"{pos['state']}): they wait there. Ahead: {ahead}."]
+    out = [f"Behind: rank(s) {b}, whose last issued collective is #{seq} {op}: they wait there. "
+           f"Ahead: {ahead}."]
+    states = pos.get("states") or {}
+    if len(states) == 1:
+        (state, n), = states.items()
+        out.append(f"Every entry of the dumps is in state '{state}' ({n} of {n}, finished "
+                   "collectives included): gloo's Flight Recorder records neither start nor "
+                   "completion, so the state is no evidence of where a rank waits.")
     skipped = [r for r in pos["ahead"] if pos["there"][r] not in (None, op)]
     if any(pos["there"][r] is None for r in pos["ahead"]):
         out.append(f"The buffer of a rank ahead no longer holds its #{seq}: the dumps cannot say "
@@ -122,10 +105,18 @@ def stack_lines(out) -> list[str]:
     if not out.stacks:
         return ["No py-spy dump was taken in this run."]
     lines = []
+    last = {}
+    for s in out.steps():
+        last[s["rank"]] = max(last.get(s["rank"], -1), s["step"])
     for r, text in sorted(out.stacks.items()):
-        where = stacks.waiting_line(text)
-        lines.append(f"rank {r} was waiting in {where}" if where else
-                     f"rank {r}: py-spy gave no frame of the lab: {text[-200:]}")
+        w = stacks.where(text)
+        if w is None:
+            lines.append(f"rank {r}: py-spy gave no frame of the lab: {text[-200:]}")
+            continue
+        done = (f"its last step report is step {last[r]}, so this is the step after it"
+                if r in last else "it reported no step")
+        lines.append(f"rank {r} waits in {w['innermost']}, called from the lab's line "
+                     f"{w['lab']}: `{w['source']}` ({done}).")
     return lines
 
 
@@ -135,8 +126,9 @@ def divergence(out) -> list[str]:
         return ["The checksums agreed on every step: nothing diverged in this run."]
     who = (f"rank(s) {d['ranks']} moved their weights by something other than the synchronised "
            f"update (first at step {d['update_step']})" if d["ranks"] else
-           "every rank's parameter update was the synchronised one: the difference is in state "
-           "DDP does not average")
+           "every rank's parameter update was the synchronised one: the difference is in the "
+           "buffers (BatchNorm's running statistics), which no gradient touches; DDP never "
+           "averages them, it only copies rank 0's at each forward when forward_sync_buffers is on")
     return [f"The {d['what']} checksums first differ across ranks at step {d['step']}; {who}."]
 
 
@@ -149,21 +141,11 @@ def epochs(out) -> list[str]:
             f"epoch before: the sampler was not reshuffled (set_epoch)."]
 
 
-def straggler(out, fixed=None) -> list[str]:
-    d = diagnose.straggler(out.steps())
-    rows = {r["rank"]: r for r in d["rows"]}
-    s = rows[d["slow_rank"]]
-    lines = [f"rank {d['slow_rank']} computed for {fmt(s['compute_ms'], 'ms')} per step; the "
-             f"others {', '.join(fmt(r['compute_ms'], 'ms') for k, r in rows.items() if k != d['slow_rank'])}"
-             f" — and they spent {fmt(d['others_wait_ms'], 'ms')} per step more in backward, "
-             "waiting in the all-reduce for it."]
-    if fixed is not None:
-        f = diagnose.straggler(fixed.steps())
-        lines.append(f"Without the slow rank every rank's step took "
-                     f"{', '.join(fmt(r['step_ms'], 'ms') for r in f['rows'])} vs "
-                     f"{', '.join(fmt(r['step_ms'], 'ms') for r in d['rows'])} with it: the "
-                     "job runs at the pace of its slowest rank.")
-    return lines
+def straggler(out, fixed=None, load=None) -> list[str]:
+    """The slow rank and what it costs the others, one run each (dltutor.debug.straggler);
+    `fixed`: the run without the slow rank; `load`: os.getloadavg() at the runs."""
+    from dltutor.debug import straggler as st
+    return st.findings(out, fixed=fixed, load=load)
 
 
 def nonfinite(out, scaled=None) -> list[str]:
@@ -177,9 +159,16 @@ def nonfinite(out, scaled=None) -> list[str]:
     if scaled is not None:
         s = diagnose.first_nonfinite(scaled.steps())
         moves = [(a, b) for (a, b), (c, e) in zip(s["scales"], s["scales"][1:]) if e != b]
+        k = diagnose.skipped_step(scaled.steps(), s["step"]) if s["step"] is not None else None
+        skip = ("no parameter checksums to tell whether the step was skipped" if not k or not
+                k["known"] else f"the parameter checksums of rank(s) {k['unchanged']} were exactly "
+                "equal to the step before's ("
+                + ", ".join(f"{a:.6f} -> {b:.6f}" for a, b in k["sums"].values())
+                + "): the update was skipped" if not k["changed"] else
+                f"the parameters of rank(s) {k['changed']} changed in that step: it was NOT skipped")
         lines.append(f"With loss scaling the same fault at step {s['step']}: parameters "
-                     f"non-finite on {s['params_nonfinite_ranks'] or 'no rank'}, the step was "
-                     f"skipped and the scale went {s['scales'][0][1]:g} -> {s['scales'][-1][1]:g}"
+                     f"non-finite on {s['params_nonfinite_ranks'] or 'no rank'}; {skip}; the scale "
+                     f"went {s['scales'][0][1]:g} -> {s['scales'][-1][1]:g}"
                      f" ({len(moves)} change(s)); losses finite again afterwards: "
                      f"{s['finite_again']}.")
     return lines
@@ -191,29 +180,47 @@ def killed(out, label: str) -> list[str]:
         raise RuntimeError(f"{label}: the run ended before any rank reached the kill, so it shows "
                            f"nothing about a killed rank: {d['message'] or 'no error given'}. "
                            f"Read {out.log_dir}/launcher.log, fix what it says, and run the cell again.")
-    surv = "; ".join(f"rank {r} after {a:.2f} s: {m}" for r, (a, m) in d["survivors"].items())
-    return [f"{label}: the survivors noticed — {surv or 'nothing raised'}; the launcher returned "
-            f"{d['launcher_after_s']:.2f} s after the kill and blamed rank(s) {d['blamed']}: "
-            f"{d['message']}"]
+    from dltutor.debug.hidden import short
+    surv = "; ".join(f"rank {r} after {a:.2f} s: {short(m)}" for r, (a, m) in d["survivors"].items())
+    stop = d.get("stop_after_s")
+    acted = (f"the launcher sent the survivors SIGTERM {stop:.2f} s after the kill (its own log "
+             f"line); its process exited {d['launcher_after_s']:.2f} s after the kill (teardown)"
+             if stop is not None else f"the launcher's process exited "
+             f"{d['launcher_after_s']:.2f} s after the kill")
+    lines = [f"{label}: the survivors noticed — {surv or 'nothing raised'}; {acted}, and it "
+             f"blamed rank(s) {d['blamed']}: {d['message']}"]
+    grace = d["grace_s"]
+    for r, (a, _) in d["survivors"].items():
+        if grace is not None:
+            lines.append(f"{label}: rank {r} raised its own error {a:.2f} s after the kill, "
+                         + ("before" if a < grace else "after")
+                         + f" the launcher's {grace:g} s grace before it stops the other ranks "
+                         "(SIGTERM): " + ("it lost its peer; the launcher did not stop it."
+                                          if a < grace else "the launcher may have stopped it."))
+    return lines
 
 
 def takeaways(timing, hang_out, order_out, drift_out, slow_out, nan_out, killed_out,
-              group_timeout_s: float) -> list[str]:
+              group_timeout_s: float, healthy=None) -> list[str]:
     """The closing sentences: each fault's time to its first naming message, from the runs."""
     by = {r["section"]: r for r in timing}
     sec = lambda key: by.get(key, {}).get("first_message_s")  # noqa: E731
     lines = []
     if sec("1 hang") is not None and sec("1 order+DETAIL") is not None:
-        lines.append(f"A skipped collective stayed hidden for {sec('1 hang'):.2f} s — the group's "
-                     f"timeout was {group_timeout_s:g} s — and the timeout named no rank; DETAIL "
-                     f"named a mismatch {sec('1 order+DETAIL'):.3f} s after the fault.")
+        lines.append(f"A skipped collective (no tool on): its first message came "
+                     f"{sec('1 hang'):.3f} s after the fault (the earliest rank's): the timeout "
+                     f"this notebook set ({group_timeout_s:g} s; with torch's default for gloo, "
+                     "30 min, it would have been that long: an extrapolation, not run), and the "
+                     "timeout named no rank. Another fault, "
+                     "collectives in a different order, run with DETAIL on, was named "
+                     f"{sec('1 order+DETAIL'):.3f} s after it struck (one run each).")
     d = diagnose.divergence(drift_out.steps())
     if d["ranks"]:
         lines.append(f"The drifting weights raised nothing; the checksums named rank(s) "
                      f"{d['ranks']} at step {d['update_step']}.")
-    s = diagnose.straggler(slow_out.steps())
-    lines.append(f"The straggler (rank {s['slow_rank']}) slowed every rank: the others waited "
-                 f"{fmt(s['others_wait_ms'], 'ms')} per step in the all-reduce.")
+    if healthy is not None:
+        from dltutor.debug import straggler as st
+        lines += st.takeaway(slow_out, healthy)
     n = diagnose.first_nonfinite(nan_out.steps())
     if n["step"] is not None:
         lines.append(f"One rank's inf (rank {n['rank']}, step {n['step']}) made the parameters of "
@@ -224,6 +231,27 @@ def takeaways(timing, hang_out, order_out, drift_out, slow_out, nan_out, killed_
         peer = (f"its peer raised an error {min(a for a, _ in k['survivors'].values()):.2f} s after "
                 "the kill" if k["survivors"] else "the launcher stopped its peer before it raised "
                 "anything")
-        lines.append(f"A killed rank: {peer}, and the launcher blamed rank(s) {k['blamed']} "
-                     f"{k['launcher_after_s']:.2f} s after the kill.")
+        lines.append(f"A killed rank: {peer}, and the course launcher returned, blaming rank(s) "
+                     f"{k['blamed']}, {k['launcher_after_s']:.2f} s after the kill.")
     return lines
+
+
+def unchecked(out) -> list[str]:
+    """What a mismatched collective did with no check and no DETAIL (each rank's first error)."""
+    rows = diagnose.hang(out)["rows"]
+    if not rows:
+        return ["Without any check this run raised nothing: the mismatch went unnoticed."]
+    lines = [f"No check: rank {r['rank']} after {r['after_s']:.2f} s: {r['message']}" for r in rows]
+    if all(r["timeout_ms"] for r in rows):
+        lines.append("Every rank ended at the group's timeout: on gloo this mismatch hung, and "
+                     "no message names the shape.")
+    else:
+        lines.append("Not every rank ended at the timeout: gloo reported it another way (above).")
+    return lines
+
+
+def by_hand(out, marker: str = "averaged by hand") -> list[str]:
+    """The line each rank printed in its log when it averaged gradients by hand under DETAIL."""
+    found = [f"rank {r}'s log: {ln.strip()}" for r in sorted({m["rank"] for m in out.metrics})
+             for ln in out.log(r).splitlines() if marker in ln]
+    return found or [f"No rank's log says its gradients were {marker}."]

@@ -69,6 +69,8 @@ def last_entries(folder) -> dict[int, dict]:
             "last_seq": e.get("collective_seq_id"), "op": e.get("profiling_name"),
             "input_sizes": e.get("input_sizes"), "state": e.get("state"),
             "entries": len(trace.get("entries") or []),
+            "states": {st: sum(1 for x in entries if x.get("state") == st)
+                       for st in {x.get("state") for x in entries}},
             "ops": {x.get("collective_seq_id"): x.get("profiling_name") for x in entries}}
     return out
 
@@ -86,7 +88,17 @@ def behind_and_ahead(last: dict[int, dict]) -> dict | None:
     return {"seq": low, "op": last[behind[0]]["op"], "state": last[behind[0]].get("state"),
             "behind": behind, "ahead": ahead,
             "last": {r: (seqs[r], last[r]["op"]) for r in sorted(seqs)},
-            "there": {r: (last[r].get("ops") or {}).get(low) for r in ahead}}
+            "there": {r: (last[r].get("ops") or {}).get(low) for r in ahead},
+            "states": states_of(last)}
+
+
+def states_of(last: dict[int, dict]) -> dict:
+    """How many entries of all the dumps are in each state ('scheduled', 'completed', ...)."""
+    total: dict = {}
+    for e in last.values():
+        for st, n in (e.get("states") or {}).items():
+            total[st] = total.get(st, 0) + n
+    return total
 
 
 def analyze(folder, timeout: float = 120.0) -> str:

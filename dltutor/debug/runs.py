@@ -12,6 +12,7 @@ launcher's own `timeout` ends anything else and kills every process of the launc
 """
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ class Outcome:
     fr_last: dict = field(default_factory=dict)
     left_running: list = field(default_factory=list)
     backend: str = "local"
+    load: tuple | None = None       # os.getloadavg() when the launch ended: was the machine shared?
 
     def of(self, event: str) -> list[dict]:
         return sorted((m for m in self.metrics if m.get("event") == event),
@@ -62,6 +64,10 @@ class Outcome:
 
     def steps(self) -> list[dict]:
         return self.of("step")
+
+    def launcher_text(self) -> str:
+        path = (self.log_dir or Path(".")) / "launcher.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def log(self, rank: int) -> str:
         path = (self.log_dir or Path(".")) / f"rank{rank}.log"
@@ -105,6 +111,7 @@ def run_fault(fault: str = "none", *, nproc: int = 2, fault_rank: int = 1, fault
         out.failure, out.blamed = str(exc), list(exc.ranks)
         out.metrics = exc.result.metrics if exc.result is not None else []
     out.ended_t, out.wall_s = time.time(), time.monotonic() - started
+    out.load = os.getloadavg()
     if watch:
         watch.stop.set()
         watch.join(timeout=30)
@@ -121,3 +128,16 @@ def launcher_lines(out: Outcome, keys=()) -> list[str]:
     path = (out.log_dir or Path(".")) / "launcher.log"
     lines = path.read_text(errors="replace").splitlines() if path.exists() else []
     return [ln for ln in lines if not keys or any(k in ln for k in keys)]
+
+
+def size_args(samples: int, batch_size: int, epochs: int) -> tuple:
+    """The lab's flags for its data and run size (they win over --tiny's preset)."""
+    return ("--samples", samples, "--batch-size", batch_size, "--epochs", epochs)
+
+
+def size_line(samples: int, batch_size: int, epochs: int, nproc: int) -> str:
+    """The data and run size of every broken run, in words."""
+    per_epoch = -(-samples // (nproc * batch_size))
+    return (f"Every run: SYNTHETIC data drawn in the lab from a fixed seed (16 features, 4 classes), "
+            f"{samples} samples, {batch_size} per rank per step, {epochs} epoch(s) on {nproc} "
+            f"ranks: {per_epoch} steps per epoch, {per_epoch * epochs} steps.")

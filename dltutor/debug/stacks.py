@@ -63,6 +63,40 @@ def waiting_line(stack: str, script: str = "faulty_train.py") -> str | None:
     return None
 
 
+FRAME = re.compile(r"\s+(\S+) \((\S+):(\d+)\)")
+
+
+def frames(stack: str) -> list[tuple[str, str, int]]:
+    """(function, file, line) of each frame of a py-spy dump, innermost first."""
+    return [(m.group(1), m.group(2), int(m.group(3)))
+            for m in map(FRAME.match, stack.splitlines()) if m]
+
+
+def where(stack: str, script: str = "faulty_train.py") -> dict | None:
+    """The innermost frame, the first frame in `script` and that line's source (None when the
+    dump holds no frame of `script`)."""
+    fs = frames(stack)
+    lab = next((f for f in fs if f[1].endswith(script)), None)
+    if lab is None:
+        return None
+    from dltutor.core.course import lab as lab_path
+    lines = lab_path("08_debugging/" + script).read_text().splitlines()
+    source = lines[lab[2] - 1].split("#")[0].strip() if lab[2] <= len(lines) else "?"
+    return {"innermost": f"{fs[0][0]} ({Path(fs[0][1]).name}:{fs[0][2]})",
+            "lab": f"{Path(lab[1]).name}:{lab[2]}", "source": source}
+
+
+def until_lab(stack: str, script: str = "faulty_train.py") -> str:
+    """A py-spy dump cut after its first frame in `script` (the whole dump when it has none)."""
+    out = []
+    for line in stack.splitlines():
+        out.append(line)
+        m = FRAME.match(line)
+        if m and m.group(2).endswith(script):
+            break
+    return "\n".join(out)
+
+
 class StackWatch(threading.Thread):
     """Dump every rank of the run logging into `log_dir` once, `delay` s after its fault."""
 

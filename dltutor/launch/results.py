@@ -7,6 +7,7 @@ own; `dltutor.launch.run` and `dltutor.launch.slurm` both use it.
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,6 +126,28 @@ class LaunchResult:
         return [m[name] for m in self.metrics if name in m]
 
 
+def exit_words(code) -> str:
+    """A rank's exit code in words: a negative one is the signal that killed it."""
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-code}, {name}: exit code {code}"
+    return f"exit code {code}"
+
+
+def followed_words(code, tail, stop_codes) -> str:
+    """Why a rank that was not blamed ended, from its exit code and its last lines."""
+    if code in stop_codes:
+        return "the launcher stopped it after the other failure"
+    if lost_peer("\n".join(tail)):
+        return "it lost its peer in a collective (its own last lines say so)"
+    return "its last lines name no cause"
+
+
 def failure_message(run, rc: int, log_dir: Path, grace: float) -> str:
     """A failed launch in words: the ranks to blame (`run.blame()`: the first in time first) and
     the ones that only followed, each blamed rank's error, then its last lines (`run.tails`)."""
@@ -134,13 +157,16 @@ def failure_message(run, rc: int, log_dir: Path, grace: float) -> str:
         return (f"launch failed: {run.backend.name} exited with code {rc} and named no rank.\n"
                 f"Last lines of {log_dir / 'launcher.log'}:\n{tail}")
     named = ", ".join(map(str, culprits))
-    lines = [f"rank {named} failed (launcher exit code {rc})." if not run.watchdog else
+    codes = failed_codes(run.backend, "\n".join(run.launcher_lines), run.tails)
+    how = "; ".join(f"rank {r}: {exit_words(codes.get(r))}" for r in culprits
+                    if codes.get(r) is not None)
+    lines = [f"rank {named} failed ({how + '; ' if how else ''}launcher exit code {rc})."
+             if not run.watchdog else
              f"rank {named} failed; the other ranks did not stop within {grace:.0f} s, so "
              "dltutor killed them."]
-    others = [r for r in failed if r not in culprits]
-    if others:
-        lines.append(f"rank {', '.join(map(str, others))} stopped too: it lost its peer in a "
-                     "collective or was stopped by the launcher.")
+    for r in (r for r in failed if r not in culprits):
+        lines.append(f"rank {r} stopped too ({exit_words(codes.get(r))}): "
+                     f"{followed_words(codes.get(r), run.tails[r], run.backend.stop_codes)}.")
     lines += cause_lines(culprits, lambda r: "\n".join(run.tails[r]))
     for r in culprits[:2]:
         lines.append(f"--- last {len(run.tails[r])} lines of rank {r} ({log_dir / f'rank{r}.log'}):")

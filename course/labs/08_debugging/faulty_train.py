@@ -5,14 +5,14 @@ needed: the set is drawn here from a fixed seed) under DistributedDataParallel, 
 DistributedSampler and SGD. Every step logs the loss with an all-reduce. `--fault` breaks one
 thing on rank `--fault-rank` at step `--fault-step` (the fault list is in dltutor.debug.faults):
 
-  skip        the rank skips the loss all-reduce (a condition on the rank): the others hang
+  skip        the rank skips the loss all-reduce and the stop-flag broadcast: the others hang
   order       the rank calls broadcast before all_reduce, the others the other way round: hang
   shape       the rank all-reduces a tensor of another shape       dtype  ... of another dtype
   set_epoch   sampler.set_epoch is never called: every epoch the same order (all ranks)
   random_op   the rank re-initialises a layer (a random op the others do not run)
   bn_buffer   DDP(forward_sync_buffers=False): BatchNorm running stats drift apart (all ranks)
   outside_ddp the rank applies an extra update to its weights outside DDP
-  straggler   the rank sleeps --slow-ms before each backward (a busy core)
+  straggler   the rank sleeps --slow-ms before each backward (a stand-in for a busy core)
   nan         the rank's batch holds an inf at that step (a corrupt sample); --loss-scale reacts
   kill        the rank kills itself with SIGKILL (what the OOM killer does)
 
@@ -138,7 +138,8 @@ def main(argv=None) -> int:
                 dist.report(event="step", step=step, epoch=epoch, loss=float(loss.detach()), t=time.time(),
                             logged=logged, compute_s=t1 - t0, backward_s=t2 - t1,
                             step_s=t3 - t0, grads_finite=grads_finite, scale=scale,
-                            params_finite=checks.finite(model.parameters()), **checked)
+                            params_finite=checks.finite(model.parameters()),
+                            own_param_sum=checks.checksum(model.parameters()), **checked)
                 fault.kill(step)                                 # kill: SIGKILL, no goodbye
                 step += 1
         dist.report(event="done", steps=step, t=time.time())
