@@ -1,9 +1,5 @@
 """Notebook 04 after the second expert read (issue #42): memory between a sweep's configs, the
 labels of the plots and tables, and where the NVMe swap files really went."""
-import os
-
-import pytest
-
 from dltutor.zero import bert_lab, budget, plots, runs
 
 
@@ -12,7 +8,6 @@ def _vmhwm_mib():
         return next(int(line.split()[1]) // 1024 for line in fh if line.startswith("VmHWM:"))
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux only")
 def test_each_config_gets_its_own_rss_peak_on_a_cpu():
     big = bytearray(300 * 2**20)          # touched: 300 MiB resident, then freed
     del big
